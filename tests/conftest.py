@@ -1,0 +1,44 @@
+"""Project-wide fixtures and options.
+
+``--update-golden`` rewrites the expected files of golden tests so that the git diff is the
+review. Integration tests (``-m integration``) need real binaries; locally they skip with a
+reason when one is missing, and under ``CI=true`` a missing binary fails them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+import structlog
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--update-golden",
+        action="store_true",
+        default=False,
+        help="rewrite golden expected files from the current output",
+    )
+
+
+@pytest.fixture
+def update_golden(request: pytest.FixtureRequest) -> bool:
+    return bool(request.config.getoption("--update-golden"))
+
+
+def require_binary(path: str) -> str:
+    """Return the binary's path, or skip (locally) / fail (CI) when it is missing."""
+    found = shutil.which(path) or (path if os.path.isabs(path) and os.access(path, os.X_OK) else None)
+    if found is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{path} is required in CI (see .ci/run)")
+        pytest.skip(f"{path} not installed")
+    return found
+
+
+@pytest.fixture(autouse=True)
+def _reset_structlog() -> None:
+    """structlog keeps one global configuration: reset it around every test."""
+    structlog.reset_defaults()

@@ -1,0 +1,1 @@
+"""Shared test helpers: journal writers, fake NVML, SSH servers, record builders."""

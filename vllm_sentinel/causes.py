@@ -1,0 +1,352 @@
+"""Crash causes: the bounded set, the classification table, and the root-cause choice (core).
+
+An incarnation collects *evidence* while it runs: exception lines (from ``tracebacks``),
+failure lines (from ``markers``) and systemd's verdicts (exit status, OOM kill). When it
+crashes, the root cause is the **first real** piece of evidence: wrappers that only point
+elsewhere (``Engine core initialization failed. See root cause above``), noise that follows a
+real failure (``zmq.error.ZMQError``) and bare signals rank below any real exception, and among
+equals the earliest wins (log time, then arrival). Request-level errors (a 400 for a too-long
+prompt) and benign lines are never evidence.
+
+All tables here are data: ``CAUSE_RULES``, ``WRAPPER_PATTERNS``, ``NOISE_PATTERNS``,
+``REQUEST_ERROR_PATTERNS``, ``DEFAULT_BENIGN_PATTERNS``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from enum import IntEnum, StrEnum
+
+__all__ = [
+    "CAUSE_RULES",
+    "DEFAULT_BENIGN_PATTERNS",
+    "NOISE_PATTERNS",
+    "REQUEST_ERROR_PATTERNS",
+    "STDERR_EVIDENCE",
+    "WRAPPER_PATTERNS",
+    "BenignMatcher",
+    "CauseRule",
+    "CrashCause",
+    "Evidence",
+    "EvidenceKind",
+    "choose_root_cause",
+    "classify_exception",
+    "classify_stderr_line",
+    "is_request_error",
+]
+
+
+class CrashCause(StrEnum):
+    """Why an incarnation crashed: a bounded set, safe as a Prometheus label."""
+
+    CUDA_OOM = "cuda_oom"
+    KV_CACHE_INSUFFICIENT = "kv_cache_insufficient"
+    GPU_MEMORY_IN_USE = "gpu_memory_in_use"
+    HOST_OOM = "host_oom"
+    NCCL_ERROR = "nccl_error"
+    CUDA_ILLEGAL_MEMORY_ACCESS = "cuda_illegal_memory_access"
+    CUDA_ERROR = "cuda_error"
+    NO_GPU = "no_gpu"
+    DRIVER_ERROR = "driver_error"
+    DEPENDENCY_MISMATCH = "dependency_mismatch"
+    IMPORT_ERROR = "import_error"
+    MODEL_NOT_FOUND = "model_not_found"
+    UNSUPPORTED_MODEL = "unsupported_model"
+    CONFIG_ERROR = "config_error"
+    PORT_IN_USE = "port_in_use"
+    COMPILE_ERROR = "compile_error"
+    JIT_BUILD_ERROR = "jit_build_error"
+    WORKER_DIED = "worker_died"
+    KILLED = "killed"
+    TIMEOUT = "timeout"
+    UNKNOWN = "unknown"
+
+
+class EvidenceKind(IntEnum):
+    """How much a piece of evidence says about the root cause; lower ranks first."""
+
+    REAL = 0  # the failure itself
+    WRAPPER = 1  # a message that points at an earlier failure
+    NOISE = 2  # what breaks after a failure (sockets, queues)
+    SIGNAL = 3  # only an exit status or a signal
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """One reason an incarnation may have crashed.
+
+    Attributes:
+        cause: the classified cause.
+        kind: how direct the evidence is.
+        exception: the exception class (``RuntimeError``), or ``""`` for a log line.
+        message: the exception message or the log line, bounded.
+        at: log time (UTC) of the line, if known.
+        seq: arrival order within the tracker, to break ties.
+    """
+
+    cause: CrashCause
+    kind: EvidenceKind
+    exception: str
+    message: str
+    at: datetime | None
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class CauseRule:
+    """A row of the classification table: ``pattern`` searched in ``"Class: message"``."""
+
+    cause: CrashCause
+    pattern: str
+    note: str
+
+
+C = CrashCause
+
+CAUSE_RULES: tuple[CauseRule, ...] = (
+    CauseRule(
+        C.KV_CACHE_INSUFFICIENT,
+        r"No available memory for the cache blocks|larger than the available KV cache memory"
+        r"|larger than the maximum number of tokens that can be stored in KV cache"
+        r"|Insufficient (?:memory for )?KV cache",
+        "vllm/v1/core/kv_cache_utils.py, vllm/worker/worker.py (0.4–0.33)",
+    ),
+    CauseRule(
+        C.GPU_MEMORY_IN_USE,
+        r"Free memory on device.{0,80} on startup is less than desired GPU memory utilization"
+        r"|Error in memory profiling\. Initial free memory",
+        "vllm/v1/worker/gpu_worker.py (0.9.1–0.33)",
+    ),
+    CauseRule(
+        C.CUDA_OOM,
+        r"CUDA out of memory|OutOfMemoryError|out of memory occurred when warming up"
+        r"|not enough GPU memory|CUBLAS_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation",
+        "PyTorch caching allocator; vllm/v1/worker/gpu_model_runner.py",
+    ),
+    CauseRule(C.CUDA_ILLEGAL_MEMORY_ACCESS, r"illegal memory access", "CUDA runtime"),
+    CauseRule(
+        C.NCCL_ERROR,
+        r"NCCL error|DistBackendError|ncclUnhandled|ncclInternalError|ncclSystemError"
+        r"|ncclRemoteError|Watchdog caught collective operation timeout|NCCL communicator",
+        "vllm/distributed/device_communicators/pynccl_wrapper.py, torch.distributed",
+    ),
+    CauseRule(
+        C.DRIVER_ERROR,
+        r"Found no NVIDIA driver|NVIDIA driver on your system is too old"
+        r"|CUDA driver version is insufficient|driver/library version mismatch"
+        r"|cudaErrorInsufficientDriver|unsupported display driver|forward compatibility was "
+        r"attempted|CUDA driver initialization failed|NVMLError|NVML_ERROR",
+        "CUDA runtime, NVML",
+    ),
+    CauseRule(
+        C.NO_GPU,
+        r"Failed to infer device type|No CUDA GPUs are available|no CUDA-capable device"
+        r"|Torch not compiled with CUDA enabled|device_count\(\) (?:== 0|returned 0)",
+        "vllm/config.py DeviceConfig, torch.cuda",
+    ),
+    CauseRule(
+        C.CUDA_ERROR,
+        r"CUDA error|cudaError|CUBLAS_STATUS|CUDNN_STATUS|cuDNN error|device-side assert"
+        r"|unspecified launch failure|misaligned address|illegal instruction",
+        "CUDA runtime",
+    ),
+    CauseRule(
+        C.DEPENDENCY_MISMATCH,
+        r"does not match flashinfer version|flashinfer-(?:cubin|jit-cache) version"
+        r"|undefined symbol|version mismatch|compiled against (?:a different|an incompatible)"
+        r"|compiled using NumPy 1\.x cannot be run|_ARRAY_API not found"
+        r"|requires \S+ (?:>=|==|<)[^,]* but (?:you have|found)",
+        "flashinfer/jit/env.py; extension modules built for another torch",
+    ),
+    CauseRule(
+        C.JIT_BUILD_ERROR,
+        r"CalledProcessError: Command '\['ninja'|ninja: build stopped|Error building extension"
+        r"|Ninja is required|JIT compil\w+ failed|Command '\['nvcc'|nvcc fatal",
+        "flashinfer / torch.utils.cpp_extension JIT builds",
+    ),
+    CauseRule(
+        C.COMPILE_ERROR,
+        r"InductorError|BackendCompilerFailed|torch\._dynamo\.exc|TorchRuntimeError"
+        r"|CompilationError|LoweringException|cannot find -lcuda|collect2: error",
+        "torch.compile (dynamo, inductor, triton)",
+    ),
+    CauseRule(
+        C.PORT_IN_USE,
+        r"Errno 98|[Aa]ddress already in use",
+        "uvicorn/server.py, vllm/entrypoints/launcher.py",
+    ),
+    CauseRule(
+        C.MODEL_NOT_FOUND,
+        r"Invalid repository ID or local directory|RepositoryNotFoundError|GatedRepoError"
+        r"|EntryNotFoundError|is not a local folder and is not a valid model identifier"
+        r"|does not appear to have a file named|gated repo|HFValidationError"
+        r"|401 Client Error|404 Client Error|No such file or directory: \S*config\.json",
+        "huggingface_hub, vllm/transformers_utils/config.py",
+    ),
+    CauseRule(
+        C.UNSUPPORTED_MODEL,
+        r"Model architectures .{0,200} (?:are not supported|failed to be inspected)"
+        r"|Unrecognized model|does not recognize this architecture|not supported by vLLM",
+        "vllm/model_executor/models/registry.py",
+    ),
+    CauseRule(
+        C.IMPORT_ERROR,
+        r"^(?:\w+\.)*(?:ImportError|ModuleNotFoundError)\b|No module named",
+        "Python import system",
+    ),
+    CauseRule(
+        C.TIMEOUT,
+        r"^(?:\w+\.)*TimeoutError\b|Timed out waiting|timed out",
+        "vllm/v1/engine/core_client.py (VLLM_ENGINE_READY_TIMEOUT_S)",
+    ),
+    CauseRule(
+        C.CONFIG_ERROR,
+        r"ValidationError|Bfloat16 is only supported on GPUs|User-specified max_model_len"
+        r"|(?:is not|must be) divisible by|unrecognized arguments|invalid choice"
+        r"|Unknown quantization method|cannot be used (?:with|together)",
+        "vllm/config/*.py, vllm/engine/arg_utils.py",
+    ),
+    CauseRule(
+        C.WORKER_DIED,
+        r"WorkerProc initialization failed|died unexpectedly|ActorDiedError|RayActorError"
+        r"|died with exit code",
+        "vllm/v1/executor/multiproc_executor.py, vllm/v1/engine/core_client.py",
+    ),
+)
+
+WRAPPER_PATTERNS: tuple[str, ...] = (
+    r"(?:Engine core|EngineCore|\w+) initialization failed\. See root cause above",
+    r"Engine process failed to start",
+    r"WorkerProc initialization failed",
+    r"Worker failed with error",
+    r"died unexpectedly",
+    r"EngineDeadError|EngineCore encountered an issue|AsyncEngineDeadError"
+    r"|Background loop (?:is not running|has errored)|MQEngineDeadError",
+    r"died with exit code",
+)
+"""Exceptions that only say "see above": a root cause only when nothing else was seen."""
+
+NOISE_PATTERNS: tuple[str, ...] = (
+    r"ZMQError|zmq\.error|ContextTerminated",
+    r"^(?:\w+\.)*(?:BrokenPipeError|ConnectionResetError|ConnectionRefusedError|EOFError"
+    r"|CancelledError|KeyboardInterrupt|SystemExit|ProcessLookupError)\b",
+)
+"""Exceptions that follow a failure (dead sockets, cancelled tasks)."""
+
+REQUEST_ERROR_PATTERNS: tuple[str, ...] = (
+    r"VLLMValidationError|RequestValidationError|HTTPException|BadRequestError",
+    r"jinja2\.exceptions|TemplateError|ClientDisconnect",
+    r"^Error in preprocessing prompt inputs|^Error in (?:chat )?completion stream generator"
+    r"|^Exception in ASGI application|^Error with model",
+)
+"""Errors of one request while serving: logged with a traceback, never a crash."""
+
+DEFAULT_BENIGN_PATTERNS: tuple[str, ...] = (
+    # gpt_oss_triton_kernels_moe.py / fused_moe/config.py, vLLM 0.10.1.1–0.19 (ERROR at import
+    # on Blackwell SM120 when triton_kernels lacks SparseMatrix); the Triton MoE path falls back.
+    r"Failed to import Triton kernels\. Please make sure your triton version is compatible\.",
+    r"^Using legacy triton_kernels on ROCm",
+    # flashinfer 0.7.x downgrades a cubin/version mismatch to this warning.
+    r"^Ignoring incompatible flashinfer-cubin package",
+)
+"""ERROR/WARNING lines known not to be fatal (``docs/markers.md`` §10)."""
+
+STDERR_EVIDENCE: tuple[CauseRule, ...] = (
+    CauseRule(
+        C.COMPILE_ERROR,
+        r"^/\S*ld(?:\.\w+)?: cannot find -l\w+|^collect2: error:",
+        "linker output of Triton/inductor builds (e.g. cuda_utils needs libcuda.so)",
+    ),
+    CauseRule(
+        C.JIT_BUILD_ERROR,
+        r"^ninja: build stopped|^FAILED: \S+\.(?:o|cuda\.o|so)\b"
+        r"|^error: command '[^']+' failed",
+        "ninja / setuptools JIT extension builds",
+    ),
+)
+"""Foreign stderr lines that name a failure when the exception itself was cut off."""
+
+_RULES = tuple((rule.cause, re.compile(rule.pattern)) for rule in CAUSE_RULES)
+_WRAPPER = re.compile("|".join(f"(?:{p})" for p in WRAPPER_PATTERNS))
+_NOISE = re.compile("|".join(f"(?:{p})" for p in NOISE_PATTERNS))
+_REQUEST = re.compile("|".join(f"(?:{p})" for p in REQUEST_ERROR_PATTERNS))
+
+
+def classify_exception(exception: str, message: str) -> tuple[CrashCause, EvidenceKind]:
+    """Classify an exception line into a cause and how direct it is.
+
+    Args:
+        exception: the class as printed (may be empty for plain failure lines).
+        message: the message text.
+
+    Returns:
+        ``(cause, kind)``; an exception that matches no rule is ``(UNKNOWN, REAL)``: a real
+        failure of a kind the table does not know yet.
+    """
+    text = f"{exception}: {message}" if exception else message
+    cause = CrashCause.UNKNOWN
+    for candidate, pattern in _RULES:
+        if pattern.search(text):
+            cause = candidate
+            break
+    if _WRAPPER.search(text):
+        return cause, EvidenceKind.WRAPPER
+    if _NOISE.search(text):
+        return cause, EvidenceKind.NOISE
+    return cause, EvidenceKind.REAL
+
+
+_STDERR = tuple((rule.cause, re.compile(rule.pattern)) for rule in STDERR_EVIDENCE)
+_STDERR_NEEDLES = ("cannot find -l", "collect2:", "ninja:", "FAILED:", "error: command")
+
+
+def classify_stderr_line(line: str) -> CrashCause | None:
+    """Classify a raw stderr line of a build tool (linker, ninja); ``None`` for anything else."""
+    if not any(needle in line for needle in _STDERR_NEEDLES):
+        return None
+    for cause, pattern in _STDERR:
+        if pattern.search(line):
+            return cause
+    return None
+
+
+def is_request_error(exception: str, message: str, context: str | None) -> bool:
+    """Say whether an exception belongs to one request (never a crash cause)."""
+    if _REQUEST.search(exception) or _REQUEST.search(message):
+        return True
+    return context is not None and _REQUEST.search(context) is not None
+
+
+def choose_root_cause(evidence: Iterable[Evidence]) -> Evidence | None:
+    """Pick the root cause: the most direct kind first, then the earliest (time, arrival)."""
+    best: Evidence | None = None
+    best_key: tuple[int, float, int] | None = None
+    for item in evidence:
+        key = (int(item.kind), item.at.timestamp() if item.at else float("inf"), item.seq)
+        if best_key is None or key < best_key:
+            best, best_key = item, key
+    return best
+
+
+class BenignMatcher:
+    """Tell known-benign ERROR/WARNING lines from real ones.
+
+    Args:
+        patterns: regexes searched in the line body (config ``benign_patterns``).
+
+    Raises:
+        re.error: a pattern does not compile (config validation reports it first).
+    """
+
+    def __init__(self, patterns: Sequence[str] = DEFAULT_BENIGN_PATTERNS) -> None:
+        self.patterns = tuple(patterns)
+        self._regex = (
+            re.compile("|".join(f"(?:{p})" for p in self.patterns)) if self.patterns else None
+        )
+
+    def matches(self, body: str) -> bool:
+        """True when ``body`` is a known-benign line."""
+        return self._regex is not None and self._regex.search(body) is not None

@@ -1,0 +1,966 @@
+"""The marker catalog: every milestone vLLM and systemd log, as one table (core: pure).
+
+Each ``Marker`` row says which ``Event`` a line means, which ``Phase`` it proves, the regex on
+the line's *body* (after prefix and header, see ``vllm_line``), the vLLM releases whose source
+holds that format string, and the file it comes from. The rows were checked against vLLM's
+own source at 36 release trees, 0.4.0.post1 → 0.33.0 (``docs/markers.md`` has the method and
+the per-row references to ``vllm-log-markers.md``); versions given as ``A–B`` were seen in every
+sampled release from A to B.
+
+Matching is cheap on purpose: rows are grouped by the first word of their pattern, so a line
+costs one dictionary lookup unless its first word starts some marker; rows whose first word
+varies carry a ``needle`` substring that must be present before the regex runs.
+
+Named groups are the numbers and names a line carries: ``ver`` (vLLM version), ``model``,
+``tp`` (tensor-parallel size), ``n``/``total`` (progress), ``gib`` (GiB), ``s`` (seconds),
+``tokens`` (KV cache tokens, thousands separators allowed).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from vllm_sentinel.phases import Phase
+from vllm_sentinel.vllm_line import LineKind
+
+__all__ = [
+    "MARKERS",
+    "SYSTEMD_MARKERS",
+    "Event",
+    "Marker",
+    "MarkerMatch",
+    "MarkerMatcher",
+    "SystemdEvent",
+    "SystemdMarker",
+    "match_systemd",
+]
+
+
+class Event(StrEnum):
+    """What a vLLM line says happened."""
+
+    PROCESS_STARTED = "process_started"  # version banner: a new server process
+    SERVER_CONFIG = "server_config"  # args, platform, architecture, max model len
+    ENGINE_INIT = "engine_init"
+    DISTRIBUTED_INIT = "distributed_init"
+    ATTENTION_BACKEND = "attention_backend"
+    LOAD_STARTED = "load_started"
+    WEIGHTS_PROGRESS = "weights_progress"
+    WEIGHTS_LOADED = "weights_loaded"
+    MODEL_LOADED = "model_loaded"
+    COMPILE_STARTED = "compile_started"
+    COMPILE_FINISHED = "compile_finished"
+    PROFILING = "profiling"
+    KV_CACHE_MEMORY = "kv_cache_memory"
+    KV_CACHE_SIZED = "kv_cache_sized"
+    GRAPH_CAPTURE_PROGRESS = "graph_capture_progress"
+    GRAPH_CAPTURE_FINISHED = "graph_capture_finished"
+    ENGINE_READY = "engine_ready"
+    API_SERVER_STARTING = "api_server_starting"
+    APP_STARTUP_COMPLETE = "app_startup_complete"
+    SERVING = "serving"  # engine stats and HTTP access lines
+    SHUTDOWN = "shutdown"
+    SHUTDOWN_COMPLETE = "shutdown_complete"
+    HEARTBEAT = "heartbeat"  # printed while waiting: never progress
+    FATAL = "fatal"  # a line that says the engine or a worker failed
+    PORT_CONFLICT = "port_conflict"  # a hint, not fatal by itself
+
+
+@dataclass(frozen=True, slots=True)
+class Marker:
+    """One row of the catalog.
+
+    Attributes:
+        event: what the line means.
+        phase: the phase it proves, or ``None`` (heartbeats, failures).
+        pattern: regex searched in the line body; anchored with ``^`` unless ``needle`` is set.
+        versions: vLLM releases whose source holds this format string.
+        source: the vLLM source file (or third-party logger) that prints it.
+        needle: a literal substring the body must contain; marks rows tried on every line.
+        kinds: restrict to lines of these shapes (e.g. uvicorn access lines).
+        terminal: for ``FATAL``, the process exits right after (no confirmation needed).
+        cause: for ``FATAL``/``PORT_CONFLICT``, the crash cause the line implies.
+    """
+
+    event: Event
+    phase: Phase | None
+    pattern: str
+    versions: str
+    source: str
+    needle: str | None = None
+    kinds: frozenset[LineKind] | None = None
+    terminal: bool = False
+    cause: str | None = None
+    regex: re.Pattern[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "regex", re.compile(self.pattern))
+
+
+_UVICORN = frozenset({LineKind.UVICORN, LineKind.RAW})
+_TAG = r"(?:\[\w+\] )?"  # 0.32+ compile lines may start with "[encoder] " (backends.py)
+
+P = Phase
+E = Event
+
+MARKERS: tuple[Marker, ...] = (
+    # --- 1. process start, version banner, args (phase: starting) -----------------------------
+    Marker(
+        E.PROCESS_STARTED,
+        P.STARTING,
+        r"^vLLM API server version (?P<ver>\S+)$",
+        "0.4.0.post1–0.14.1",
+        "vllm/entrypoints/openai/api_server.py",
+    ),
+    Marker(
+        E.PROCESS_STARTED,
+        P.STARTING,
+        r"\s{2}version\s+(?P<ver>\d[\w.+-]*)\s*$",
+        "0.15.1–0.33.0 (logo)",
+        "vllm/entrypoints/utils.py, serve/utils/api_utils.py, "
+        "common/startup.py (log_version_and_model)",
+        needle="  version ",
+        kinds=frozenset({LineKind.VLLM}),
+    ),
+    Marker(
+        E.PROCESS_STARTED,
+        P.STARTING,
+        r"^vLLM server version (?P<ver>\S+), serving model (?P<model>.+)$",
+        "0.15.1–0.33.0",
+        "log_version_and_model() (logo disabled)",
+    ),
+    Marker(
+        E.PROCESS_STARTED,
+        P.STARTING,
+        r"^Launching vLLM \(v(?P<ver>[^)]+)\) headless multiproc executor",
+        "0.11.1–0.33.0",
+        "vllm/entrypoints/cli/serve.py",
+    ),
+    Marker(
+        E.SERVER_CONFIG,
+        P.STARTING,
+        r"\s{2}model\s+(?P<model>\S+)\s*$",
+        "0.15.1–0.33.0 (logo)",
+        "log_version_and_model()",
+        needle="  model   ",
+        kinds=frozenset({LineKind.VLLM}),
+    ),
+    Marker(
+        E.SERVER_CONFIG,
+        P.STARTING,
+        r"^args: Namespace\(",
+        "0.4.3–0.8.5.post1",
+        "vllm/entrypoints/openai/api_server.py",
+    ),
+    Marker(
+        E.SERVER_CONFIG,
+        P.STARTING,
+        r"^non-default args: \{",
+        "0.9.0–0.33.0",
+        "entrypoints/openai/cli_args.py → entrypoints/utils.py → "
+        "serve/utils/api_utils.py → common/startup.py",
+    ),
+    Marker(
+        E.SERVER_CONFIG,
+        P.STARTING,
+        r"^Automatically detected platform \w+\.$",
+        "0.7.0–0.11.0 (DEBUG after)",
+        "vllm/platforms/__init__.py",
+    ),
+    Marker(
+        E.SERVER_CONFIG,
+        P.STARTING,
+        r"^Resolved architecture: \S+$",
+        "0.10.1.1–0.33.0",
+        "vllm/config/model.py",
+    ),
+    Marker(
+        E.SERVER_CONFIG,
+        P.STARTING,
+        r"^Using max model len \d+$",
+        "0.9.2–0.33.0",
+        "vllm/config/model.py",
+    ),
+    Marker(
+        E.SERVER_CONFIG,
+        P.STARTING,
+        r"^Chunked prefill is enabled with max_num_batched_tokens=",
+        "0.5.5–0.33.0",
+        "vllm/config/scheduler.py",
+    ),
+    Marker(
+        E.SERVER_CONFIG,
+        P.STARTING,
+        r"^This model supports multiple tasks: ",
+        "0.6.6.post1–0.9.2",
+        "vllm/config.py",
+    ),
+    Marker(
+        E.SERVER_CONFIG,
+        P.STARTING,
+        r"^Started engine process with PID \d+$",
+        "0.5.5–0.10.2",
+        "vllm/entrypoints/openai/api_server.py",
+    ),
+    Marker(
+        E.SERVER_CONFIG,
+        P.STARTING,
+        r"^Started \d+ API server processes$",
+        "0.9.1–0.33.0",
+        "vllm/v1/utils.py",
+    ),
+    # --- 2. engine and distributed init (phase: initializing) ---------------------------------
+    Marker(
+        E.ENGINE_INIT,
+        P.INITIALIZING,
+        r"^Initializing an? (?:V[01] )?LLM engine(?: \(v(?P<ver>[^)]+)\))? with config: "
+        r"model='(?P<model>[^']*)'",
+        "0.2.x–0.33.0 (V0 'an LLM engine' ≤0.7.0, 'a V0' 0.7.3–0.10.2, 'a V1' 0.7.3–0.33.0)",
+        "vllm/engine/llm_engine.py, vllm/v1/engine/core.py",
+    ),
+    Marker(
+        E.DISTRIBUTED_INIT,
+        P.INITIALIZING,
+        r"^world_size=\d+ rank=\d+ local_rank=\d+ ",
+        "0.4.3–0.33.0 (INFO from 0.11.1)",
+        "vllm/distributed/parallel_state.py",
+    ),
+    Marker(
+        E.DISTRIBUTED_INIT,
+        P.INITIALIZING,
+        r"^rank \d+ in world size \d+ is assigned as ",
+        "0.8.0–0.33.0",
+        "vllm/distributed/parallel_state.py",
+    ),
+    Marker(
+        E.DISTRIBUTED_INIT,
+        P.INITIALIZING,
+        r"^vLLM is using nccl==[\d.]+$",
+        "0.4.0.post1–0.33.0",
+        "vllm/distributed/device_communicators/pynccl.py",
+    ),
+    Marker(
+        E.DISTRIBUTED_INIT,
+        P.INITIALIZING,
+        r"^Found nccl from library \S+$",
+        "0.4.3–0.33.0 (DEBUG from 0.11.1)",
+        "vllm/utils/nccl.py",
+    ),
+    Marker(
+        E.DISTRIBUTED_INIT,
+        P.INITIALIZING,
+        r"^(?:reading|generating) GPU P2P access cache (?:from|in|for in) ",
+        "0.4.3–0.33.0",
+        "device_communicators/custom_all_reduce_utils.py, all_reduce_utils.py",
+    ),
+    Marker(
+        E.ATTENTION_BACKEND,
+        P.INITIALIZING,
+        r"^Using (?:FlashAttention|Flash Attention|XFormers|Flashinfer|FlashInfer|Torch SDPA|"
+        r"ROCmFlashAttention|Pallas|IPEX attention|OpenVINO Attention|HPUAttention)"
+        r"(?:-\d+)? backend\.$",
+        "0.4.0.post1–0.10.2",
+        "vllm/attention/selector.py, vllm/platforms/*.py",
+    ),
+    Marker(
+        E.ATTENTION_BACKEND,
+        P.INITIALIZING,
+        r"^Using [\w ]+? backend on V1 engine",
+        "0.7.0–0.11.0",
+        "vllm/platforms/cuda.py",
+    ),
+    Marker(
+        E.ATTENTION_BACKEND,
+        P.INITIALIZING,
+        r"^Using [\w.]+ (?:attention )?backend(?: out of potential backends: .*)?\.?$",
+        "0.11.1–0.33.0",
+        "vllm/platforms/cuda.py",
+    ),
+    # --- 3. weight loading (phase: loading_weights) -------------------------------------------
+    Marker(
+        E.LOAD_STARTED,
+        P.LOADING_WEIGHTS,
+        r"^Starting to load model (?P<model>.+?)\.\.\.$",
+        "0.5.5–0.33.0",
+        "vllm/worker/model_runner.py, vllm/v1/worker/gpu_model_runner.py",
+    ),
+    Marker(
+        E.LOAD_STARTED,
+        P.LOADING_WEIGHTS,
+        r"^Loading model from scratch\.\.\.$",
+        "0.9.1–0.33.0",
+        "vllm/v1/worker/gpu_model_runner.py, v1/worker/gpu/model_runner.py",
+    ),
+    Marker(
+        E.WEIGHTS_PROGRESS,
+        P.LOADING_WEIGHTS,
+        r"^(?:Loading (?:safetensors|pt|np_cache) checkpoint shards(?: \(eager\))?|"
+        r"Multi-thread loading (?:pt checkpoint )?shards|"
+        r"Loading safetensors using (?:Runai Model Streamer|Fastsafetensor loader|"
+        r"InstantTensor loader)):\s+(?P<pct>\d{1,3})% Completed \| (?P<n>\d+)/(?P<total>\d+)",
+        "0.5.5–0.33.0 (tqdm bar)",
+        "vllm/model_executor/model_loader/weight_utils.py",
+    ),
+    Marker(
+        E.WEIGHTS_PROGRESS,
+        P.LOADING_WEIGHTS,
+        r"^Prefetching checkpoint files(?: into page cache started|: \d+% "
+        r"\((?P<n>\d+)/(?P<total>\d+)\))",
+        "0.18.0–0.33.0",
+        "vllm/model_executor/model_loader/weight_utils.py",
+    ),
+    Marker(
+        E.WEIGHTS_LOADED,
+        P.LOADING_WEIGHTS,
+        r"^Loading weights took (?P<s>[\d.]+) seconds$",
+        "0.8.0–0.33.0",
+        "model_loader/loader.py → default_loader.py",
+    ),
+    Marker(
+        E.MODEL_LOADED,
+        P.LOADING_WEIGHTS,
+        r"^Loading model weights took (?P<gib>[\d.]+) (?:GB|GiB)$",
+        "0.4.0.post1–0.9.2",
+        "vllm/worker/model_runner.py, vllm/v1/worker/gpu_model_runner.py",
+    ),
+    Marker(
+        E.MODEL_LOADED,
+        P.LOADING_WEIGHTS,
+        r"^Model loading took (?P<gib>[\d.]+) ?(?:GB|GiB)(?: memory)? and (?P<s>[\d.]+) seconds$",
+        "0.8.0–0.33.0",
+        "vllm/v1/worker/gpu_model_runner.py, vllm/worker/model_runner.py",
+    ),
+    # --- 4. torch.compile (phase: compiling) --------------------------------------------------
+    Marker(
+        E.COMPILE_STARTED,
+        P.COMPILING,
+        rf"^{_TAG}Using cache directory: \S+ for vLLM's torch\.compile$",
+        "0.6.6.post1–0.33.0",
+        "vllm/compilation/backends.py",
+    ),
+    Marker(
+        E.COMPILE_STARTED,
+        P.COMPILING,
+        rf"^{_TAG}Dynamo bytecode transform time: [\d.]+ s$",
+        "0.6.6.post1–0.33.0",
+        "vllm/compilation/backends.py",
+    ),
+    Marker(
+        E.COMPILE_STARTED,
+        P.COMPILING,
+        rf"^{_TAG}Starting torch\.compile$",
+        "0.32.0–0.33.0",
+        "vllm/compilation/backends.py",
+    ),
+    Marker(
+        E.COMPILE_STARTED,
+        P.COMPILING,
+        rf"^{_TAG}(?:Compiling a graph for |Directly load the compiled graph|"
+        r"Cache the graph |Directly load AOT compilation from path )",
+        "0.6.3.post1–0.33.0",
+        "vllm/compilation/backends.py",
+    ),
+    Marker(
+        E.COMPILE_FINISHED,
+        P.COMPILING,
+        rf"^{_TAG}torch\.compile (?:takes|took|and initial profiling/warmup run together "
+        r"took) (?P<s>[\d.]+) s in total$",
+        "takes: 0.6.6.post1–0.17.0; took: 0.18.0–0.33.0",
+        "vllm/compilation/monitor.py",
+    ),
+    # --- 5. memory profiling and KV cache (phase: profiling_kv_cache) -------------------------
+    Marker(
+        E.PROFILING,
+        P.PROFILING_KV_CACHE,
+        rf"^{_TAG}Initial profiling/warmup run took [\d.]+ s$",
+        "0.18.0–0.33.0",
+        "vllm/compilation/monitor.py",
+    ),
+    Marker(
+        E.PROFILING,
+        P.PROFILING_KV_CACHE,
+        r"^Memory profiling takes [\d.]+ seconds",
+        "0.6.6.post1–0.10.2 (V0)",
+        "vllm/worker/worker.py",
+    ),
+    Marker(
+        E.PROFILING,
+        P.PROFILING_KV_CACHE,
+        r"^CUDA graph memory profiling is (?:enabled|disabled)|^Profiling CUDA graph memory: "
+        r"|^Estimated CUDA graph memory: ",
+        "0.18.0–0.33.0",
+        "vllm/v1/worker/gpu_worker.py, gpu_model_runner.py",
+    ),
+    Marker(
+        E.KV_CACHE_MEMORY,
+        P.PROFILING_KV_CACHE,
+        r"^Available KV cache memory: (?P<gib>-?[\d.]+) GiB$",
+        "0.9.1–0.33.0",
+        "vllm/v1/worker/gpu_worker.py",
+    ),
+    Marker(
+        E.KV_CACHE_MEMORY,
+        P.PROFILING_KV_CACHE,
+        r"^Initial free memory [\d.]+ GiB, reserved (?P<gib>[\d.]+) ?GiB memory for KV Cache",
+        "0.10.2–0.33.0",
+        "vllm/v1/worker/gpu_worker.py",
+    ),
+    Marker(
+        E.KV_CACHE_SIZED,
+        P.PROFILING_KV_CACHE,
+        r"^# (?:GPU|CUDA|TPU|HPU|XPU|CPU|NPU) blocks: \d+",
+        "0.4.0.post1–0.11.0",
+        "vllm/executor/*.py, v1/core/kv_cache_utils.py (0.6.6–0.7.3)",
+    ),
+    Marker(
+        E.KV_CACHE_SIZED,
+        P.PROFILING_KV_CACHE,
+        r"^(?:[A-Z]+(?: \+ host)? )?KV cache size: (?P<tokens>[\d,]+) tokens",
+        "GPU KV cache size 0.8.0–0.27.0; with Maximum concurrency 0.30.0–0.33.0",
+        "vllm/v1/core/kv_cache_utils.py",
+        needle="KV cache size: ",
+    ),
+    Marker(
+        E.KV_CACHE_SIZED,
+        P.PROFILING_KV_CACHE,
+        r"^Maximum concurrency for [\d,]+ tokens per request: [\d.]+x$",
+        "0.6.3.post1–0.27.0",
+        "vllm/executor/*.py, vllm/v1/core/kv_cache_utils.py",
+    ),
+    # --- 6. CUDA graph capture (phase: capturing_cuda_graphs) ---------------------------------
+    Marker(
+        E.GRAPH_CAPTURE_PROGRESS,
+        P.CAPTURING_CUDA_GRAPHS,
+        r"^Capturing (?:the model for CUDA graphs|cudagraphs for decoding)\.",
+        "0.4.0.post1–0.10.2 (V0)",
+        "vllm/worker/model_runner.py",
+    ),
+    Marker(
+        E.GRAPH_CAPTURE_PROGRESS,
+        P.CAPTURING_CUDA_GRAPHS,
+        r"^Capturing (?:eagle )?CUDA graph(?:s| shapes)(?: \([^)]*\))?:\s+\d{1,3}%",
+        "0.6.6.post1–0.33.0 (tqdm bar)",
+        "vllm/worker/model_runner.py, "
+        "vllm/v1/worker/gpu_model_runner.py, v1/worker/gpu/cudagraph_utils.py",
+    ),
+    Marker(
+        E.GRAPH_CAPTURE_FINISHED,
+        P.CAPTURING_CUDA_GRAPHS,
+        r"^Graph capturing finished in (?P<s>\d+) secs(?:, took (?P<gib>-?[\d.]+) GiB)?\.?$",
+        "0.4.0.post1–0.33.0 ('took X GiB' from 0.6.6)",
+        "vllm/v1/worker/gpu_model_runner.py, vllm/worker/model_runner.py",
+    ),
+    # --- 7. engine ready, API server (phase: starting_api_server, ready) ----------------------
+    Marker(
+        E.ENGINE_READY,
+        P.STARTING_API_SERVER,
+        r"^init engine \(profile, create kv cache, warmup model\) took (?P<s>[\d.]+) s",
+        "0.6.6.post1–0.33.0",
+        "vllm/v1/engine/core.py, vllm/engine/llm_engine.py",
+    ),
+    Marker(
+        E.API_SERVER_STARTING,
+        P.STARTING_API_SERVER,
+        r"^Supported[_ ]tasks: ",
+        "0.10.1.1–0.33.0",
+        "vllm/entrypoints/openai/api_server.py",
+    ),
+    Marker(
+        E.API_SERVER_STARTING,
+        P.STARTING_API_SERVER,
+        r"^Starting vLLM (?:API )?server (?:\d+ )?on \S+$",
+        "API server on: 0.7.3–0.9.0; API server N on: 0.9.1–0.17.0; server on: 0.18.0–0.33.0",
+        "vllm/entrypoints/openai/api_server.py, launchers/api_server/entry.py",
+    ),
+    Marker(
+        E.API_SERVER_STARTING,
+        P.STARTING_API_SERVER,
+        r"^Available routes are:$",
+        "0.5.5–0.33.0",
+        "vllm/entrypoints/launcher.py",
+    ),
+    Marker(
+        E.API_SERVER_STARTING,
+        P.STARTING_API_SERVER,
+        r"^Route: \S+, (?:Methods|Endpoint): ",
+        "0.5.5–0.33.0",
+        "vllm/entrypoints/launcher.py",
+    ),
+    Marker(
+        E.API_SERVER_STARTING,
+        P.STARTING_API_SERVER,
+        r"^Launching Uvicorn with --limit_concurrency",
+        "0.5.5–0.6.0",
+        "vllm/entrypoints/launcher.py",
+    ),
+    Marker(
+        E.API_SERVER_STARTING,
+        P.STARTING_API_SERVER,
+        r"^Started server process \[\d+\]$",
+        "all (uvicorn)",
+        "uvicorn/server.py",
+        kinds=_UVICORN,
+    ),
+    Marker(
+        E.API_SERVER_STARTING,
+        P.STARTING_API_SERVER,
+        r"^Waiting for application startup\.$",
+        "all (uvicorn)",
+        "uvicorn/lifespan/on.py",
+        kinds=_UVICORN,
+    ),
+    Marker(
+        E.APP_STARTUP_COMPLETE,
+        P.READY,
+        r"^Application startup complete\.$",
+        "all (uvicorn)",
+        "uvicorn/lifespan/on.py",
+        kinds=_UVICORN,
+    ),
+    Marker(
+        E.APP_STARTUP_COMPLETE,
+        P.READY,
+        r"^Uvicorn running on \S+",
+        "vLLM ≤0.7.0 only (uvicorn binds the socket)",
+        "uvicorn/server.py",
+        kinds=_UVICORN,
+    ),
+    Marker(
+        E.SERVING,
+        P.READY,
+        r"(?:^|: )Avg prompt throughput: [\d.]+ tokens/s, Avg generation throughput: ",
+        "V0 0.4.0.post1–0.10.2; V1 0.7.3–0.33.0",
+        "vllm/engine/metrics.py, vllm/v1/metrics/loggers.py",
+        needle="Avg prompt throughput",
+    ),
+    Marker(
+        E.SERVING,
+        P.READY,
+        r" - \"[A-Z]+ \S+ HTTP/[\d.]+\" \d{3}\b",
+        "all (uvicorn access log)",
+        "uvicorn.access",
+        needle=" HTTP/",
+        kinds=_UVICORN,
+    ),
+    # --- 8. shutdown and failure --------------------------------------------------------------
+    Marker(
+        E.SHUTDOWN,
+        P.STOPPING,
+        r"^(?:Shutting down FastAPI HTTP server\.|WorkerProc shutting down\.|"
+        r"Shutdown initiated \(timeout=\d+\)|Engine is gracefully shutting down\.|"
+        r"Shutting down\.?|Waiting for application shutdown\.)$",
+        "0.5.0–0.33.0 (+ uvicorn)",
+        "entrypoints/launcher.py, v1/engine/core.py, uvicorn",
+    ),
+    Marker(
+        E.SHUTDOWN,
+        P.STOPPING,
+        r"^\[shutdown\] (?:API server: shutdown triggered|EngineCore: trigger received signal)",
+        "0.24.0–0.33.0",
+        "entrypoints/launcher(s)/launcher.py, vllm/v1/engine/core.py",
+    ),
+    Marker(
+        E.SHUTDOWN_COMPLETE,
+        P.STOPPED,
+        r"^(?:Application shutdown complete\.|Finished server process \[\d+\])$",
+        "all (uvicorn)",
+        "uvicorn/lifespan/on.py, uvicorn/server.py",
+        kinds=_UVICORN,
+    ),
+    Marker(
+        E.HEARTBEAT,
+        None,
+        r"^Waiting for \d+ (?:local, \d+ remote )?core engine proc\(s\) to (?:start|connect)",
+        "0.8.0–0.33.0 (DEBUG)",
+        "v1/engine/core_client.py → v1/utils.py → v1/engine/utils.py",
+    ),
+    Marker(
+        E.HEARTBEAT,
+        None,
+        r"^No available (?:shared memory broadcast )?block found in \d+ seconds?",
+        "0.5.5–0.33.0",
+        "vllm/distributed/device_communicators/shm_broadcast.py",
+    ),
+    Marker(
+        E.HEARTBEAT,
+        None,
+        r"^Waiting for (?:init message from front-end|READY message from DP Coordinator)",
+        "0.9.0–0.33.0",
+        "vllm/v1/engine/core.py",
+    ),
+    Marker(
+        E.FATAL,
+        None,
+        r"^EngineCore (?:failed to start\.|encountered a fatal error\.|hit an exception)",
+        "0.7.0–0.33.0",
+        "vllm/v1/engine/core.py",
+    ),
+    Marker(
+        E.FATAL,
+        None,
+        r"^WorkerProc (?:failed to start\.|hit an exception)",
+        "0.7.0–0.33.0",
+        "vllm/v1/executor/multiproc_executor.py",
+    ),
+    Marker(
+        E.FATAL,
+        None,
+        r"^Worker proc (?P<proc>\S+) died unexpectedly(?: \(exit code: -?\d+\))?, shutting down",
+        "0.8.5.post1–0.33.0",
+        "vllm/v1/executor/multiproc_executor.py",
+        cause="worker_died",
+    ),
+    Marker(
+        E.FATAL,
+        None,
+        r"^Engine core proc (?P<proc>\S+) died unexpectedly, shutting down client",
+        "0.10.1.1–0.19.0",
+        "vllm/v1/engine/core_client.py",
+        terminal=True,
+        cause="worker_died",
+    ),
+    Marker(
+        E.FATAL,
+        None,
+        r"^\[shutdown\] MPClient: engine core exited unexpectedly",
+        "0.24.0–0.33.0",
+        "vllm/v1/engine/core_client.py",
+        cause="worker_died",
+    ),
+    Marker(
+        E.FATAL,
+        None,
+        r"^MQLLMEngine is already dead, terminating server process$",
+        "0.6.3.post1–0.8.0",
+        "vllm/entrypoints/launcher.py",
+        terminal=True,
+    ),
+    Marker(
+        E.FATAL,
+        None,
+        r"^Exception in worker \S+ while processing method \w+",
+        "0.4.3–0.10.2 (V0)",
+        "vllm/executor/multiproc_worker_utils.py",
+    ),
+    Marker(
+        E.FATAL,
+        None,
+        r"^Error executing method \w+\. This might cause deadlock",
+        "0.4.0.post1–0.10.2 (V0)",
+        "vllm/worker/worker_base.py",
+    ),
+    Marker(
+        E.FATAL,
+        None,
+        r"^Failed to load model - not enough GPU memory",
+        "0.13.0–0.33.0",
+        "vllm/v1/worker/gpu_model_runner.py",
+        cause="cuda_oom",
+    ),
+    Marker(
+        E.FATAL,
+        None,
+        r"^Application startup failed\. Exiting\.$",
+        "all (uvicorn)",
+        "uvicorn/lifespan/on.py",
+        kinds=_UVICORN,
+        terminal=True,
+    ),
+    Marker(
+        E.FATAL,
+        None,
+        r"^\[Errno 98\] (?:error while attempting to bind on address|Address already in use)",
+        "all (uvicorn)",
+        "uvicorn/server.py",
+        terminal=True,
+        cause="port_in_use",
+    ),
+    Marker(
+        E.PORT_CONFLICT,
+        None,
+        r"^port \S+ is used by process ",
+        "0.5.5–0.33.0",
+        "vllm/entrypoints/launcher.py",
+        cause="port_in_use",
+    ),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class MarkerMatch:
+    """A marker that matched a body, with its named groups."""
+
+    marker: Marker
+    groups: Mapping[str, str | None]
+
+
+_KEY = re.compile(r"\[[^\]]{1,40}\]|[\w#'.-]+")
+_KEY_CHARS = frozenset("#'.-_")
+
+
+def _body_key(body: str) -> str:
+    """The dispatch key of a body: its leading word (``[tag]`` kept whole)."""
+    found = _KEY.match(body)
+    return found.group() if found is not None else ""
+
+
+def _first_word(pattern: str) -> str | None:
+    """Return the literal key a pattern requires at the start of the body, if any."""
+    if not pattern.startswith("^"):
+        return None
+    text = pattern[1:]
+    if text.startswith(_TAG):
+        text = text[len(_TAG) :]
+    if text.startswith("\\["):
+        close = text.find("\\]")
+        return "[" + text[2:close] + "]" if close > 2 else None
+    word: list[str] = []
+    index = 0
+    while index < len(text):
+        char = text[index]
+        if char == "\\" and index + 1 < len(text) and text[index + 1] in _KEY_CHARS:
+            word.append(text[index + 1])
+            index += 2
+            continue
+        if char.isalnum() or char in _KEY_CHARS:
+            word.append(char)
+            index += 1
+            continue
+        if char in "?*{" and word:
+            word.pop()  # the previous character is optional: not part of a fixed key
+        break
+    return "".join(word) or None
+
+
+def _alternative_first_words(pattern: str) -> tuple[str, ...]:
+    """First words of a pattern shaped ``^(?:alt1|alt2…)rest``: each alternative's literal word."""
+    body = pattern[1:]
+    if body.startswith(_TAG):
+        body = body[len(_TAG) :]
+    if not body.startswith("(?:"):
+        return ()
+    depth = 0
+    for end, char in enumerate(body):
+        if char == "(" and (end == 0 or body[end - 1] != "\\"):
+            depth += 1
+        elif char == ")" and body[end - 1] != "\\":
+            depth -= 1
+            if depth == 0:
+                break
+    else:
+        return ()
+    inner = body[3:end]
+    words = []
+    depth = 0
+    start = 0
+    alternatives = []
+    for index, char in enumerate(inner):
+        if char == "(" and (index == 0 or inner[index - 1] != "\\"):
+            depth += 1
+        elif char == ")" and inner[index - 1] != "\\":
+            depth -= 1
+        elif char == "|" and depth == 0 and inner[index - 1] != "\\":
+            alternatives.append(inner[start:index])
+            start = index + 1
+    alternatives.append(inner[start:])
+    for alternative in alternatives:
+        word = _first_word("^" + alternative)
+        if word is None:
+            return ()
+        words.append(word)
+    return tuple(words)
+
+
+def _keys_of(marker: Marker) -> tuple[str, ...]:
+    if marker.needle is not None:
+        return ()
+    word = _first_word(marker.pattern)
+    if word is not None:
+        return (word,)
+    words = _alternative_first_words(marker.pattern)
+    if words:
+        return words
+    raise ValueError(f"marker needs a literal first word or a needle: {marker.pattern!r}")
+
+
+class MarkerMatcher:
+    """Find the catalog row that a line body matches, cheaply.
+
+    Build once from a table; ``match`` is pure and safe to call from any thread.
+    """
+
+    def __init__(self, markers: Iterable[Marker] = MARKERS) -> None:
+        by_word: dict[str, list[Marker]] = {}
+        always: list[Marker] = []
+        for marker in markers:
+            keys = _keys_of(marker)
+            if not keys:
+                always.append(marker)
+            for key in dict.fromkeys(keys):
+                by_word.setdefault(key, []).append(marker)
+        self._by_word = {word: tuple(rows) for word, rows in by_word.items()}
+        self._always = tuple(always)
+
+    def match(self, body: str, kind: LineKind) -> MarkerMatch | None:
+        """Return the first row whose pattern matches ``body``, or ``None``."""
+        word = _body_key(body)
+        candidates = self._by_word.get(word)
+        if candidates is None and word.startswith("["):
+            candidates = self._by_word.get(_body_key(body[len(word) :].lstrip()))
+        if candidates:
+            for marker in candidates:
+                if marker.kinds is not None and kind not in marker.kinds:
+                    continue
+                found = marker.regex.search(body)
+                if found is not None:
+                    return MarkerMatch(marker, found.groupdict())
+        for marker in self._always:
+            if marker.needle is not None and marker.needle not in body:
+                continue
+            if marker.kinds is not None and kind not in marker.kinds:
+                continue
+            found = marker.regex.search(body)
+            if found is not None:
+                return MarkerMatch(marker, found.groupdict())
+        return None
+
+
+# --- systemd (the service manager) and the kernel, about the unit --------------------------
+
+
+class SystemdEvent(StrEnum):
+    """What systemd, the kernel or journalctl says about a unit."""
+
+    UNIT_STARTING = "unit_starting"
+    UNIT_STARTED = "unit_started"
+    UNIT_STOPPING = "unit_stopping"
+    UNIT_STOPPED = "unit_stopped"
+    UNIT_DEACTIVATED = "unit_deactivated"
+    MAIN_PROCESS_EXITED = "main_process_exited"
+    UNIT_FAILED = "unit_failed"
+    RESTART_SCHEDULED = "restart_scheduled"
+    OOM_KILLED = "oom_killed"
+    START_TIMED_OUT = "start_timed_out"
+    BOOT = "boot"
+
+
+@dataclass(frozen=True, slots=True)
+class SystemdMarker:
+    """One systemd message: event, catalog ``MESSAGE_ID`` (if any) and text pattern."""
+
+    event: SystemdEvent
+    message_id: str | None
+    pattern: str
+    source: str
+    regex: re.Pattern[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "regex", re.compile(self.pattern))
+
+
+S = SystemdEvent
+_UNIT_PREFIX = r"(?:^|: )"
+
+SYSTEMD_MARKERS: tuple[SystemdMarker, ...] = (
+    SystemdMarker(
+        S.MAIN_PROCESS_EXITED,
+        "98e322203f7a4ed290d09fe03c09fe15",
+        _UNIT_PREFIX + r"Main process exited, code=(?P<code>\w+), "
+        r"status=(?P<status>-?\d+)(?:/(?P<name>\w+))?",
+        "systemd src/core/service.c (unit_process_exit)",
+    ),
+    SystemdMarker(
+        S.UNIT_FAILED,
+        None,
+        _UNIT_PREFIX + r"Failed with result '(?P<result>[\w-]+)'",
+        "systemd src/core/service.c (service_enter_dead)",
+    ),
+    SystemdMarker(
+        S.OOM_KILLED,
+        "fe6faa94e7774663a0da52717891d8ef",
+        _UNIT_PREFIX + r"A process of this unit has been killed by the OOM killer",
+        "systemd src/core/unit.c (unit_out_of_memory)",
+    ),
+    SystemdMarker(
+        S.OOM_KILLED,
+        None,
+        r"Out of memory: Killed process (?P<pid>\d+)",
+        "Linux mm/oom_kill.c (kernel)",
+    ),
+    SystemdMarker(
+        S.START_TIMED_OUT,
+        None,
+        _UNIT_PREFIX + r"Start operation timed out",
+        "systemd src/core/service.c",
+    ),
+    SystemdMarker(
+        S.RESTART_SCHEDULED,
+        "5eb03494b6584870a536b337290809b3",
+        _UNIT_PREFIX + r"Scheduled restart job, restart counter is at (?P<n>\d+)",
+        "systemd src/core/service.c",
+    ),
+    SystemdMarker(
+        S.UNIT_DEACTIVATED,
+        "7ad2d189f7e94e70a38c781354912448",
+        _UNIT_PREFIX + r"Deactivated successfully",
+        "systemd src/core/unit.c",
+    ),
+    SystemdMarker(
+        S.UNIT_STARTING,
+        "7d4958e842da4a758f6c1cdc7b36dcc5",
+        r"^Starting (?P<what>.+)\.\.\.$",
+        "systemd src/core/job.c",
+    ),
+    SystemdMarker(
+        S.UNIT_STARTED,
+        "39f53479d3a045ac8e117862248231bf",
+        r"^Started (?P<what>.+?)\.?$",
+        "systemd src/core/job.c",
+    ),
+    SystemdMarker(
+        S.UNIT_STOPPING,
+        "de5b426a63be47a7b6ac3eaac82e2f6f",
+        r"^Stopping (?P<what>.+)\.\.\.$",
+        "systemd src/core/job.c",
+    ),
+    SystemdMarker(
+        S.UNIT_STOPPED,
+        "9d1aaa27d60140bd96365438aad20286",
+        r"^Stopped (?P<what>.+?)\.?$",
+        "systemd src/core/job.c",
+    ),
+    SystemdMarker(
+        S.UNIT_FAILED,
+        "be02cf6855d2428ba40df7e9d022f03d",
+        r"^Failed to start (?P<what>.+?)\.?$",
+        "systemd src/core/job.c (systemd < 250 wording)",
+    ),
+    SystemdMarker(S.BOOT, None, r"^-- (?:Boot [0-9a-f]+|Reboot) --$", "journalctl (annotation)"),
+)
+
+_BY_MESSAGE_ID = {row.message_id: row for row in SYSTEMD_MARKERS if row.message_id}
+
+
+def match_systemd(
+    message: str, message_id: str | None = None
+) -> tuple[SystemdEvent, Mapping[str, str | None]] | None:
+    """Classify a line written by systemd (or the kernel) about a unit.
+
+    Args:
+        message: the message text.
+        message_id: the journal ``MESSAGE_ID`` when the source has one; it decides the
+            event when known, and the text then only supplies the numbers.
+    """
+    if message_id is not None:
+        row = _BY_MESSAGE_ID.get(message_id)
+        if row is not None:
+            found = row.regex.search(message)
+            return row.event, (found.groupdict() if found else {})
+    for row in SYSTEMD_MARKERS:
+        found = row.regex.search(message)
+        if found is not None:
+            return row.event, found.groupdict()
+    return None

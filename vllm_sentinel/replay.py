@@ -1,0 +1,115 @@
+"""One-shot replay: byte streams → decoder → trackers → snapshots (core: pure, no asyncio).
+
+The command-line edge opens the files; this module only sees iterables of byte chunks, so
+tests and benchmarks drive it directly.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from vllm_sentinel.causes import DEFAULT_BENIGN_PATTERNS, BenignMatcher
+from vllm_sentinel.journal_json import JournalJsonDecoder
+from vllm_sentinel.markers import MarkerMatcher
+from vllm_sentinel.snapshot import UnitSnapshot
+from vllm_sentinel.text_log import TextLogDecoder
+from vllm_sentinel.tracker import TrackerSet, UnitTracker
+
+__all__ = ["InputFormat", "ReplayResult", "detect_format", "replay"]
+
+
+class InputFormat(StrEnum):
+    """What a replay input holds."""
+
+    AUTO = "auto"
+    JSON = "json"  # journalctl -o json
+    TEXT = "text"  # anything else
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayResult:
+    """Units found in the input, and what could not be read."""
+
+    units: tuple[UnitSnapshot, ...]
+    skipped: Counter[str] = field(default_factory=Counter)
+    repaired: Counter[str] = field(default_factory=Counter)
+    lines: int = 0
+
+
+def detect_format(head: bytes) -> InputFormat:
+    """Guess the format from the first bytes: a JSON object with journal fields, or text."""
+    for line in head.splitlines():
+        stripped = line.strip()
+        if not stripped:
+            continue
+        if stripped.startswith(b"{") and (b'"MESSAGE"' in stripped or b'"__CURSOR"' in stripped):
+            return InputFormat.JSON
+        return InputFormat.TEXT
+    return InputFormat.TEXT
+
+
+def replay(
+    inputs: Iterable[Iterable[bytes]],
+    *,
+    input_format: InputFormat = InputFormat.AUTO,
+    unit: str | None = None,
+    reference_year: int = 1970,
+    benign_patterns: Sequence[str] = DEFAULT_BENIGN_PATTERNS,
+) -> ReplayResult:
+    """Run inputs through the engine and return every unit's final snapshot.
+
+    Args:
+        inputs: one iterable of byte chunks per input (a file, stdin).
+        input_format: ``AUTO`` decides per input from its first chunk.
+        unit: for journal JSON, keep only units matching this name or glob; for text, the
+            unit name to report (default ``vllm``).
+        reference_year: year for timestamps that carry none.
+        benign_patterns: regexes of ERROR lines known not to be fatal.
+
+    Returns:
+        The snapshots (at the end of input: pending crashes confirmed, all crashes settled).
+    """
+    matcher = MarkerMatcher()
+    benign = BenignMatcher(benign_patterns)
+    text_unit = unit or "vllm"
+
+    def factory(name: str, host: str | None) -> UnitTracker:
+        return UnitTracker(
+            name, host, matcher=matcher, benign=benign, reference_year=reference_year
+        )
+
+    trackers = TrackerSet((unit,) if unit else (), default_unit=text_unit, factory=factory)
+    skipped: Counter[str] = Counter()
+    repaired: Counter[str] = Counter()
+    lines = 0
+    for chunks in inputs:
+        decoder: JournalJsonDecoder | TextLogDecoder | None = None
+        for chunk in chunks:
+            if decoder is None:
+                chosen = (
+                    input_format if input_format is not InputFormat.AUTO else detect_format(chunk)
+                )
+                decoder = (
+                    JournalJsonDecoder()
+                    if chosen is InputFormat.JSON
+                    else TextLogDecoder(text_unit, reference_year=reference_year)
+                )
+            for record in decoder.feed(chunk):
+                trackers.feed(record)
+        if decoder is None:
+            continue
+        for record in decoder.flush():
+            trackers.feed(record)
+        skipped.update(decoder.skipped)
+        if isinstance(decoder, TextLogDecoder):
+            repaired.update(decoder.repaired)
+        lines += decoder.lines_total
+    units = []
+    for tracker in trackers:
+        tracker.finish()
+        units.append(tracker.snapshot())
+    units.sort(key=lambda snapshot: (snapshot.host or "", snapshot.unit))
+    return ReplayResult(tuple(units), skipped, repaired, lines)

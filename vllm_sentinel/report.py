@@ -1,0 +1,180 @@
+"""Render unit snapshots: the JSON document of ``replay --output json`` and ``/status``, and the
+human timeline with a verdict (core: pure).
+
+JSON shape (stable; extra keys may be added, none removed)::
+
+    {"units": [{"unit": str, "host": str|null, "incarnations": [{
+        "id": str|null, "started_at": iso8601|null, "ended_at": iso8601|null,
+        "phases": [{"phase": str, "entered_at": iso8601|null}],
+        "furthest_phase": str, "outcome": str,
+        "crash": null | {"cause": str, "exception": str, "message": str, "phase": str},
+        "pids": [int], "benign_errors": int,
+        "vllm_version": str|null, "model": str|null, "tensor_parallel_size": int|null,
+        "progress": {...}}],
+      "starts_total": int, "crashes_total": {cause: int}, "benign_errors_total": int}]}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from vllm_sentinel.phases import Outcome, Phase
+from vllm_sentinel.snapshot import CrashInfo, IncarnationSnapshot, UnitSnapshot
+
+__all__ = ["format_duration", "render_text", "to_json", "unit_to_json", "verdict"]
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat().replace("+00:00", "Z") if value is not None else None
+
+
+def _crash(crash: CrashInfo | None) -> dict[str, Any] | None:
+    if crash is None:
+        return None
+    return {
+        "cause": crash.cause.value,
+        "exception": crash.exception,
+        "message": crash.message,
+        "phase": crash.phase.value,
+        "at": _iso(crash.at),
+    }
+
+
+def _incarnation(item: IncarnationSnapshot) -> dict[str, Any]:
+    progress = item.progress
+    return {
+        "id": item.id,
+        "started_at": _iso(item.started_at),
+        "ended_at": _iso(item.ended_at),
+        "phases": [
+            {"phase": entry.phase.value, "entered_at": _iso(entry.entered_at)}
+            for entry in item.phases
+        ],
+        "furthest_phase": item.furthest_phase.value,
+        "outcome": item.outcome.value,
+        "crash": _crash(item.crash),
+        "pids": list(item.pids),
+        "benign_errors": item.benign_errors,
+        "records": item.records,
+        "vllm_version": item.vllm_version,
+        "model": item.model,
+        "tensor_parallel_size": item.tensor_parallel_size,
+        "progress": {
+            "weights_loaded_ratio": progress.weights_loaded_ratio,
+            "weights_shards_loaded": progress.weights_shards_loaded,
+            "weights_shards_total": progress.weights_shards_total,
+            "model_weights_bytes": progress.model_weights_bytes,
+            "weights_load_seconds": progress.weights_load_seconds,
+            "compile_seconds": progress.compile_seconds,
+            "kv_cache_bytes": progress.kv_cache_bytes,
+            "kv_cache_tokens": progress.kv_cache_tokens,
+            "cuda_graph_bytes": progress.cuda_graph_bytes,
+            "cuda_graph_capture_seconds": progress.cuda_graph_capture_seconds,
+            "engine_init_seconds": progress.engine_init_seconds,
+        },
+    }
+
+
+def unit_to_json(unit: UnitSnapshot) -> dict[str, Any]:
+    """One unit as a JSON-ready dict."""
+    return {
+        "unit": unit.unit,
+        "host": unit.host,
+        "incarnations": [_incarnation(item) for item in unit.incarnations],
+        "starts_total": unit.starts_total,
+        "crashes_total": {
+            cause.value: count for cause, count in sorted(unit.crashes_total.items())
+        },
+        "benign_errors_total": unit.benign_errors_total,
+        "stalled": unit.stalled,
+        "last_progress_at": _iso(unit.last_progress_at),
+        "phase_durations_seconds": {
+            phase.value: seconds for phase, seconds in unit.phase_durations.items()
+        },
+        "startup_duration_seconds": unit.startup_duration_seconds,
+    }
+
+
+def to_json(units: Iterable[UnitSnapshot]) -> dict[str, Any]:
+    """The ``{"units": [...]}`` document."""
+    return {"units": [unit_to_json(unit) for unit in units]}
+
+
+def format_duration(seconds: float | None) -> str:
+    """``3725.2`` → ``1h02m05s``; ``None`` → ``?``."""
+    if seconds is None:
+        return "?"
+    whole = round(seconds)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m{secs:02d}s"
+    if minutes:
+        return f"{minutes}m{secs:02d}s"
+    return f"{secs}s"
+
+
+def _clock(value: datetime | None) -> str:
+    return value.strftime("%Y-%m-%d %H:%M:%S") if value is not None else "?"
+
+
+def verdict(item: IncarnationSnapshot, now: datetime | None = None) -> str:
+    """One sentence on an incarnation: what it is doing or how it ended."""
+    if item.outcome is Outcome.CRASHED and item.crash is not None:
+        crash = item.crash
+        what = f"{crash.exception}: {crash.message}" if crash.exception else crash.message
+        text = f"crashed during {crash.phase.value} — root cause {crash.cause.value}"
+        return f"{text}: {what}" if what else text
+    if item.outcome is Outcome.STOPPED:
+        return f"stopped cleanly (furthest phase {item.furthest_phase.value})"
+    entered = item.phase_entered_at
+    since = ""
+    reference = now or item.last_record_at
+    if entered is not None and reference is not None:
+        since = f" for {format_duration((reference - entered).total_seconds())}"
+    if item.outcome is Outcome.READY and item.phase is Phase.READY:
+        return f"ready{since}"
+    if item.phase is Phase.STOPPING:
+        return f"stopping{since}"
+    ratio = item.progress.weights_loaded_ratio
+    extra = f", weights {ratio:.0%} loaded" if item.phase is Phase.LOADING_WEIGHTS and ratio else ""
+    return f"still starting: {item.phase.value}{since}{extra} (log ends here)"
+
+
+def render_text(units: Iterable[UnitSnapshot], now: datetime | None = None) -> str:
+    """The human timeline: per unit, each incarnation's phases, durations and verdict."""
+    out: list[str] = []
+    for unit in units:
+        where = f" on {unit.host}" if unit.host else ""
+        out.append(f"unit {unit.unit}{where}: {len(unit.incarnations)} incarnation(s)")
+        for number, item in enumerate(unit.incarnations, 1):
+            ident = f" {item.id}" if item.id else ""
+            facts = [
+                fact
+                for fact in (
+                    f"vLLM {item.vllm_version}" if item.vllm_version else "",
+                    f"model {item.model}" if item.model else "",
+                    f"TP={item.tensor_parallel_size}" if item.tensor_parallel_size else "",
+                )
+                if fact
+            ]
+            out.append(
+                f"  incarnation {number}{ident}" + (f" ({', '.join(facts)})" if facts else "")
+            )
+            for index, entry in enumerate(item.phases):
+                following = (
+                    item.phases[index + 1].entered_at if index + 1 < len(item.phases) else None
+                )
+                took = ""
+                if entry.entered_at is not None and following is not None:
+                    took = format_duration((following - entry.entered_at).total_seconds())
+                out.append(
+                    f"    {_clock(entry.entered_at)}  {entry.phase.value:<22} {took}".rstrip()
+                )
+            if item.benign_errors:
+                out.append(f"    benign errors: {item.benign_errors}")
+            out.append(f"    verdict: {verdict(item, now)}")
+        out.append("")
+    return "\n".join(out).rstrip() + "\n" if out else "no vLLM records found\n"

@@ -1,0 +1,227 @@
+"""Frozen views of what the engine knows, handed from the one writer to every reader (core).
+
+``UnitTracker.snapshot(now)`` builds a ``UnitSnapshot``; the Monitor adds GPU and stall facts
+and publishes a ``Snapshot`` of every host; the exporter, ``/status`` and ``replay`` only read.
+Times are timezone-aware UTC ``datetime``; durations are float seconds; sizes are bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from vllm_sentinel.causes import CrashCause
+from vllm_sentinel.phases import Outcome, Phase
+
+__all__ = [
+    "CollectorState",
+    "CrashInfo",
+    "GpuDevice",
+    "GpuProcess",
+    "GpuReading",
+    "HostSnapshot",
+    "IncarnationSnapshot",
+    "PhaseEntry",
+    "Progress",
+    "Snapshot",
+    "UnitSnapshot",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseEntry:
+    """A phase an incarnation entered, and when (log time)."""
+
+    phase: Phase
+    entered_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class CrashInfo:
+    """The root cause of a crash.
+
+    Attributes:
+        cause: the bounded cause label.
+        exception: the root exception's class (``RuntimeError``), ``""`` for a log line.
+        message: its message (bounded).
+        phase: the phase the incarnation was in when it crashed.
+        at: when it crashed (log time), if known.
+        invocation_id: the crashed incarnation's systemd invocation id, if known.
+    """
+
+    cause: CrashCause
+    exception: str
+    message: str
+    phase: Phase
+    at: datetime | None
+    invocation_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """Figures read from the startup lines (``None`` until the line is seen)."""
+
+    weights_shards_loaded: int | None = None
+    weights_shards_total: int | None = None
+    model_weights_bytes: int | None = None
+    weights_load_seconds: float | None = None
+    compile_seconds: float | None = None
+    kv_cache_bytes: int | None = None
+    kv_cache_tokens: int | None = None
+    cuda_graph_bytes: int | None = None
+    cuda_graph_capture_seconds: float | None = None
+    engine_init_seconds: float | None = None
+
+    @property
+    def weights_loaded_ratio(self) -> float | None:
+        """Checkpoint shards loaded / total, 0–1."""
+        if not self.weights_shards_total:
+            return None
+        return min(1.0, (self.weights_shards_loaded or 0) / self.weights_shards_total)
+
+
+@dataclass(frozen=True, slots=True)
+class IncarnationSnapshot:
+    """One run of the unit's main process (a systemd invocation, or a restart in text logs)."""
+
+    id: str | None
+    started_at: datetime | None
+    ended_at: datetime | None
+    phases: tuple[PhaseEntry, ...]
+    phase: Phase
+    furthest_phase: Phase
+    outcome: Outcome
+    crash: CrashInfo | None
+    pids: tuple[int, ...]
+    benign_errors: int
+    records: int
+    last_record_at: datetime | None
+    last_progress_at: datetime | None
+    vllm_version: str | None = None
+    model: str | None = None
+    tensor_parallel_size: int | None = None
+    progress: Progress = field(default_factory=Progress)
+
+    @property
+    def phase_entered_at(self) -> datetime | None:
+        """When the current phase began."""
+        return self.phases[-1].entered_at if self.phases else self.started_at
+
+
+@dataclass(frozen=True, slots=True)
+class UnitSnapshot:
+    """Everything known about one unit on one host.
+
+    Attributes:
+        host, unit: identity.
+        incarnations: the last few incarnations, oldest first; the last one is current.
+        starts_total: incarnations seen since the tracker began (counter).
+        crashes_total: settled crashes by cause since the tracker began (counter).
+        records_by_level: log lines by vLLM level (``debug`` … ``critical``, ``none``).
+        benign_errors_total: ERROR lines matched as benign (counter).
+        duplicates_total: records ignored because their cursor was already applied.
+        last_crash: the newest crash and its root cause, if any.
+        phase_durations: seconds each startup phase took in the latest incarnation that
+            passed it.
+        startup_duration_seconds: start → ready of the latest incarnation that became ready.
+        gpu_memory_used_bytes: bytes held by the unit's processes per GPU index (daemon).
+        last_gpu_growth_at: when that memory last grew by the stall threshold (daemon).
+        stalled: the stall rule's verdict at snapshot time (daemon).
+    """
+
+    host: str | None
+    unit: str
+    incarnations: tuple[IncarnationSnapshot, ...]
+    starts_total: int = 0
+    crashes_total: Mapping[CrashCause, int] = field(default_factory=dict)
+    records_by_level: Mapping[str, int] = field(default_factory=dict)
+    benign_errors_total: int = 0
+    duplicates_total: int = 0
+    last_crash: CrashInfo | None = None
+    phase_durations: Mapping[Phase, float] = field(default_factory=dict)
+    startup_duration_seconds: float | None = None
+    gpu_memory_used_bytes: Mapping[int, int] = field(default_factory=dict)
+    last_gpu_growth_at: datetime | None = None
+    stalled: bool = False
+
+    @property
+    def current(self) -> IncarnationSnapshot | None:
+        """The newest incarnation, or ``None`` before the first record."""
+        return self.incarnations[-1] if self.incarnations else None
+
+    @property
+    def last_progress_at(self) -> datetime | None:
+        """The later of the last non-heartbeat log record and the last GPU memory growth."""
+        current = self.current
+        log = current.last_progress_at if current else None
+        gpu = self.last_gpu_growth_at
+        if log is None or (gpu is not None and gpu > log):
+            return gpu
+        return log
+
+
+@dataclass(frozen=True, slots=True)
+class GpuDevice:
+    """One GPU as NVML or nvidia-smi reports it."""
+
+    index: int
+    uuid: str
+    name: str
+    memory_used_bytes: int
+    memory_total_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class GpuProcess:
+    """GPU memory one process holds on one GPU."""
+
+    gpu_uuid: str
+    pid: int
+    used_memory_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class GpuReading:
+    """One poll of a host's GPUs (``at`` is the poll time, UTC)."""
+
+    devices: tuple[GpuDevice, ...]
+    processes: tuple[GpuProcess, ...]
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class CollectorState:
+    """Health of one collector (``journal`` or ``gpu``) of one host.
+
+    Attributes:
+        up: True while the last attempt worked.
+        since: when ``up`` last changed.
+        reason: why it is down, from a bounded set (``ssh_connect_failed``,
+            ``NVMLError_LibraryNotFound``…); ``""`` when up.
+        reconnects_total: restarts after a failure (counter).
+    """
+
+    up: bool
+    since: datetime | None = None
+    reason: str = ""
+    reconnects_total: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class HostSnapshot:
+    """One host: its units, its GPUs and its collectors."""
+
+    host: str
+    units: tuple[UnitSnapshot, ...]
+    collectors: Mapping[str, CollectorState] = field(default_factory=dict)
+    gpus: tuple[GpuDevice, ...] = ()
+    records_skipped: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """What the daemon knows at ``at``: every host (the exporter renders this)."""
+
+    hosts: tuple[HostSnapshot, ...]
+    at: datetime

@@ -1,0 +1,254 @@
+"""``TextLogDecoder``: plain-text logs as people paste them → records (core: pure, no I/O).
+
+Accepts bytes in any chunking (``feed``/``flush``) and strips the outer wrapper a tool put
+around each line, found by a table (``WRAPPERS``): journald's short formats
+(``Mon DD HH:MM:SS host ident[pid]: `` — month names in any language — and ``short-iso``),
+``kubectl logs --timestamps`` / ``docker logs -t`` RFC 3339 stamps, docker-compose
+``name  | ``, a Docker UI ``YYYY-MM-DD HH:MM:SS.mmm | `` and TorchServe's ``MODEL_LOG - ``.
+ANSI colour is removed first; tqdm ``\\r`` refreshes are collapsed later by ``vllm_line``.
+
+Never raises on input: invalid UTF-8 is replaced (counted in ``repaired``), a line longer than
+``max_line_bytes`` is cut (counted in ``skipped['line_truncated']``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from types import MappingProxyType
+
+from vllm_sentinel.record import Record
+from vllm_sentinel.vllm_line import strip_ansi
+
+__all__ = ["WRAPPERS", "TextLogDecoder", "Wrapper"]
+
+_MONTH_NAMES = (
+    "jan janv jän ene gen янв",
+    "feb févr fév fevr fev feb. фев",
+    "mar mars mär märz мар",
+    "apr avr abr апр",
+    "may mai mag mayo май",
+    "jun juin giu июн",
+    "jul juil lug июл",
+    "aug août aout ago авг",
+    "sep sept set сен",
+    "oct okt ott out окт",
+    "nov ноя",
+    "dec déc dez dic дек",
+)
+_MONTHS: Mapping[str, int] = MappingProxyType(
+    {name: number for number, names in enumerate(_MONTH_NAMES, 1) for name in names.split()}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Wrapper:
+    """One outer line format: its name, regex (anchored) and how it gives a time."""
+
+    name: str
+    regex: re.Pattern[str]
+    first: str  # what the first character class looks like: "digit" or "alpha"
+
+
+WRAPPERS: tuple[Wrapper, ...] = (
+    Wrapper(
+        "journald-short-iso",
+        re.compile(
+            r"(?P<iso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)) "
+            r"(?P<host>[\w.-]+) (?P<ident>[^\s\[\]:]{1,64})(?:\[(?P<pid>\d{1,10})\])?: ?"
+        ),
+        "digit",
+    ),
+    Wrapper(
+        "torchserve",
+        re.compile(
+            r"(?P<iso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:[.,]\d+)? \[\w+\s*\] \S+ MODEL_LOG - ?"
+        ),
+        "digit",
+    ),
+    Wrapper(
+        "rfc3339",
+        re.compile(r"(?P<iso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d)) ?"),
+        "digit",
+    ),
+    Wrapper(
+        "docker-ui", re.compile(r"(?P<iso>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?) \| ?"), "digit"
+    ),
+    Wrapper(
+        "journald-short",
+        re.compile(
+            r"(?P<month>[^\W\d_]{3,5}\.?) {1,2}(?P<day>\d{1,2}) (?P<clock>\d\d:\d\d:\d\d)(?:\.\d+)? "
+            r"(?P<host>[\w.-]+) (?P<ident>[^\s\[\]:]{1,64})(?:\[(?P<pid>\d{1,10})\])?: ?"
+        ),
+        "alpha",
+    ),
+    Wrapper("docker-compose", re.compile(r"(?P<service>[\w][\w.-]{0,63}) {0,40}\| ?"), "alpha"),
+)
+
+
+def _parse_iso(text: str) -> datetime | None:
+    text = text.replace(",", ".")
+    if "." in text:  # Python takes at most 6 fractional digits
+        head, _, tail = text.partition(".")
+        digits = len(tail) - len(tail.lstrip("0123456789"))
+        tail = tail[:digits][:6] + tail[digits:]
+        text = f"{head}.{tail}"
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class TextLogDecoder:
+    """Decode plain-text log bytes into ``Record``s.
+
+    Args:
+        unit: the unit every record is about (plain text names none).
+        host: the host the text came from, if known.
+        reference_year: year for timestamps without one (journald short), until corrected
+            by a month rollover.
+        max_line_bytes: lines are cut to this length.
+    """
+
+    def __init__(
+        self,
+        unit: str = "vllm",
+        host: str | None = None,
+        *,
+        reference_year: int = 1970,
+        max_line_bytes: int = 1 << 20,
+    ) -> None:
+        self.unit = unit
+        self.host = host
+        self._year = reference_year
+        self._last_month = 0
+        self._max = max_line_bytes
+        self._pending = bytearray()
+        self._discarding = False
+        self.skipped: Counter[str] = Counter()
+        self.repaired: Counter[str] = Counter()
+        self.lines_total = 0
+
+    def feed(self, chunk: bytes) -> list[Record]:
+        """Decode every complete line in ``chunk`` (with what was pending before)."""
+        records: list[Record] = []
+        start = 0
+        while True:
+            end = chunk.find(b"\n", start)
+            if end < 0:
+                self._buffer(chunk[start:])
+                return records
+            piece = chunk[start:end]
+            if self._pending or self._discarding:
+                self._buffer(piece)
+                piece = bytes(self._pending)
+                self._pending.clear()
+                self._discarding = False
+            elif len(piece) > self._max:
+                piece = piece[: self._max]
+                self.skipped["line_truncated"] += 1
+            record = self._decode(piece)
+            if record is not None:
+                records.append(record)
+            start = end + 1
+
+    def flush(self) -> list[Record]:
+        """Decode what is left after the last newline (end of input)."""
+        if not self._pending:
+            self._discarding = False
+            return []
+        piece = bytes(self._pending)
+        self._pending.clear()
+        self._discarding = False
+        record = self._decode(piece)
+        return [record] if record is not None else []
+
+    def _buffer(self, data: bytes) -> None:
+        if self._discarding or not data:
+            return
+        room = self._max - len(self._pending)
+        if len(data) > room:
+            self._pending += data[: max(room, 0)]
+            self._discarding = True
+            self.skipped["line_truncated"] += 1
+        else:
+            self._pending += data
+
+    def _decode(self, raw: bytes) -> Record | None:
+        self.lines_total += 1
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            line = raw.decode("utf-8", errors="replace")
+            self.repaired["invalid_utf8"] += 1
+        if "\x00" in line:
+            line = line.replace("\x00", "\ufffd")
+            self.repaired["nul_byte"] += 1
+        if line.endswith("\r"):
+            line = line.rstrip("\r")
+        if "\x1b" in line:
+            line = strip_ansi(line)
+        if line.startswith("-- ") and line.endswith(" --"):
+            return Record(line, host=self.host, unit=self.unit, from_manager=True)
+        return self._unwrap(line)
+
+    def _unwrap(self, line: str) -> Record:
+        first = line[:1]
+        kind = "digit" if first.isdigit() else "alpha" if first.isalpha() else ""
+        if not kind:
+            return Record(line, host=self.host, unit=self.unit)
+        realtime: datetime | None = None
+        pid: int | None = None
+        ident: str | None = None
+        for wrapper in WRAPPERS:
+            if wrapper.first != kind:
+                continue
+            found = wrapper.regex.match(line)
+            if found is None:
+                continue
+            groups = found.groupdict()
+            if wrapper.name == "docker-compose" and not self._looks_like_compose(line, found.end()):
+                continue
+            if groups.get("iso"):
+                realtime = _parse_iso(groups["iso"])
+            elif groups.get("month"):
+                realtime = self._short_time(groups["month"], groups["day"], groups["clock"])
+            if groups.get("pid"):
+                pid = int(groups["pid"])
+            ident = groups.get("ident")
+            line = line[found.end() :]
+            break
+        manager = ident == "systemd" or ident == "kernel"
+        return Record(
+            line, realtime, self.host, self.unit, None, pid, ident, None, None, None, manager
+        )
+
+    @staticmethod
+    def _looks_like_compose(line: str, end: int) -> bool:
+        """A compose prefix is ``name`` then padding then ``|``; not a tqdm bar or a table."""
+        bar = line.find("|")
+        return 0 < bar < end and "%" not in line[:bar]
+
+    def _short_time(self, month_name: str, day: str, clock: str) -> datetime | None:
+        month = _MONTHS.get(month_name.lower().rstrip("."))
+        if month is None:
+            return None
+        if self._last_month and month < self._last_month - 6:
+            self._year += 1
+        self._last_month = month
+        try:
+            return datetime(
+                self._year,
+                month,
+                int(day),
+                int(clock[0:2]),
+                int(clock[3:5]),
+                int(clock[6:8]),
+                tzinfo=UTC,
+            )
+        except ValueError:
+            return None

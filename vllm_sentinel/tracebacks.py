@@ -1,0 +1,186 @@
+"""Assemble Python tracebacks from interleaved log lines, one stream per process (core: pure).
+
+vLLM prints a traceback two ways (``docs/markers.md`` §8): through its logger
+(``logger.exception``: every physical line carries the ``ERROR … [file:line]`` header, so the
+assembler sees the raw traceback text as the line body), and raw on stderr (an uncaught
+exception, or CPython's ``multiprocessing`` bootstrap re-raising in a child:
+``Process EngineCore_DP0:`` + ``Traceback …``). Workers of a tensor-parallel group print at the
+same time, so lines are keyed by process (PID from vLLM's prefix or the journal).
+
+The assembler keeps a few words of state per stream, never the frames: a traceback that never
+ends costs nothing. It yields an ``ExceptionEvent`` for each exception line, including every
+link of a chain (``The above exception was the direct cause…``, ``During handling…``), and for
+an exception line met without its traceback (excerpts often start there).
+"""
+
+from __future__ import annotations
+
+import re
+from enum import Enum
+from typing import NamedTuple
+
+__all__ = ["ExceptionEvent", "TracebackAssembler"]
+
+_TRACEBACK = "Traceback (most recent call last):"
+_CHAIN_STARTS = (
+    "The above exception was the direct cause of the following exception:",
+    "During handling of the above exception, another exception occurred:",
+)
+_EXCEPTION_LINE = re.compile(r"(?P<cls>[A-Za-z_][\w.]{0,200}?)(?::\s?(?P<msg>.*))?$")
+_ORPHAN_EXCEPTION_LINE = re.compile(
+    r"(?P<cls>(?:[A-Za-z_]\w*\.){0,8}(?:[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Fault|Failure)"
+    r"|Exception|KeyboardInterrupt))(?:: (?P<msg>.*))?$"
+)
+_ERROR_LEVELS = frozenset({"ERROR", "CRITICAL"})
+
+
+class _State(Enum):
+    IDLE = 0
+    FRAMES = 1  # inside "Traceback …", reading frames until the exception line
+    AFTER_EXCEPTION = 2  # just read an exception line: a chain may follow
+    CHAIN = 3  # read a chain sentence: a "Traceback" must follow
+
+
+class ExceptionEvent(NamedTuple):
+    """One exception line, with where it came from.
+
+    Attributes:
+        exception: the class as printed (``RuntimeError``, ``torch.OutOfMemoryError``).
+        message: the first line of the message, cut to ``max_message`` characters.
+        context: the last non-traceback line the same stream printed before the traceback
+            (``EngineCore failed to start.``, ``Process EngineCore_DP0:``), or ``None``.
+        logged: True when printed through vLLM's logger (the process handled it and logged
+            it), False for raw stderr (uncaught, the process is exiting).
+        chained: True for the second and later exceptions of a chain.
+        in_traceback: False when the exception line was seen without its traceback.
+    """
+
+    exception: str
+    message: str
+    context: str | None
+    logged: bool
+    chained: bool
+    in_traceback: bool
+
+
+class _Stream:
+    __slots__ = ("chained", "context", "logged", "state")
+
+    def __init__(self) -> None:
+        self.state = _State.IDLE
+        self.context: str | None = None
+        self.logged = False
+        self.chained = False
+
+
+class TracebackAssembler:
+    """Per-process traceback state machine: ``feed`` one line body at a time.
+
+    Args:
+        max_streams: processes tracked at once; the oldest is forgotten beyond it.
+        max_message: exception messages are cut to this many characters.
+    """
+
+    def __init__(self, max_streams: int = 256, max_message: int = 1000) -> None:
+        self._streams: dict[object, _Stream] = {}
+        self._max_streams = max_streams
+        self._max_message = max_message
+
+    def _stream(self, key: object) -> _Stream:
+        stream = self._streams.get(key)
+        if stream is None:
+            if len(self._streams) >= self._max_streams:
+                del self._streams[next(iter(self._streams))]
+            stream = self._streams[key] = _Stream()
+        return stream
+
+    def context_of(self, key: object) -> str | None:
+        """The last plain line the stream printed (what a traceback would be about)."""
+        stream = self._streams.get(key)
+        return stream.context if stream is not None else None
+
+    def feed(
+        self, key: object, body: str, level: str | None, has_header: bool
+    ) -> tuple[bool, ExceptionEvent | None, bool]:
+        """Read one line body of stream ``key``.
+
+        Args:
+            key: the writing process (PID), or any hashable that tells streams apart.
+            body: the line after prefix and header.
+            level: the vLLM level from the header, if any.
+            has_header: whether the line carried vLLM's header (logged, not raw stderr).
+
+        Returns:
+            ``(consumed, event, started)``: ``consumed`` is True when the line belongs to a
+            traceback (callers must not read it as a marker); ``event`` is set on an
+            exception line; ``started`` is True when this line opened a new traceback (not a
+            chained one), so a caller can act before the exception line arrives (excerpts and
+            crashes often cut it off).
+        """
+        stream = self._streams.get(key)
+        if body.startswith(_TRACEBACK):
+            stream = stream or self._stream(key)
+            stream.chained = stream.state is _State.CHAIN
+            stream.state = _State.FRAMES
+            stream.logged = has_header
+            return True, None, not stream.chained
+        if stream is None or stream.state is _State.IDLE:
+            return self._idle(key, stream, body, level, has_header)
+        state = stream.state
+        if state is _State.FRAMES:
+            if not body or body[0] in " \t" or body.startswith("[Previous line repeated"):
+                return True, None, False
+            if has_header and level not in _ERROR_LEVELS:
+                return False, None, False  # another thread's log line in between: not ours
+            found = _EXCEPTION_LINE.match(body)
+            exception, message = (
+                (found.group("cls"), found.group("msg") or "") if found else (body, "")
+            )
+            stream.state = _State.AFTER_EXCEPTION
+            event = ExceptionEvent(
+                exception,
+                message[: self._max_message],
+                stream.context,
+                stream.logged,
+                stream.chained,
+                True,
+            )
+            return True, event, False
+        if not body:
+            return True, None, False
+        if state is _State.AFTER_EXCEPTION:
+            if body.startswith(_CHAIN_STARTS):
+                stream.state = _State.CHAIN
+                return True, None, False
+            if body[0] in " \t":
+                return True, None, False  # continuation of a multi-line exception message
+        stream.state = _State.IDLE
+        return self._idle(key, stream, body, level, has_header)
+
+    def _idle(
+        self, key: object, stream: _Stream | None, body: str, level: str | None, has_header: bool
+    ) -> tuple[bool, ExceptionEvent | None, bool]:
+        if body.startswith('  File "'):
+            stream = stream or self._stream(key)
+            stream.state = _State.FRAMES
+            stream.logged = has_header
+            stream.chained = False
+            return True, None, True
+        if level is None or level in _ERROR_LEVELS:
+            found = _ORPHAN_EXCEPTION_LINE.match(body)
+            if found is not None:
+                stream = stream or self._stream(key)
+                stream.state = _State.AFTER_EXCEPTION
+                event = ExceptionEvent(
+                    found.group("cls"),
+                    (found.group("msg") or "")[: self._max_message],
+                    stream.context,
+                    has_header,
+                    False,
+                    False,
+                )
+                return True, event, False
+        if body and (stream is not None or level in _ERROR_LEVELS or not has_header):
+            stream = stream or self._stream(key)
+            stream.context = body[:200]
+        return False, None, False

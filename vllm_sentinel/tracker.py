@@ -1,0 +1,852 @@
+"""``UnitTracker``: records of one unit → incarnations, phases and crash causes (core: pure).
+
+The tracker is the one place that decides. It reads each record line by line
+(``vllm_line.parse_line``), lets the per-process ``TracebackAssembler`` take traceback lines,
+matches the rest against the ``markers`` catalog and systemd's messages, and moves the right
+incarnation:
+
+* **Attribution.** A record goes to the incarnation of its systemd invocation id; without one
+  (plain text), to the incarnation that owns its PID if that is an older one, else to the
+  current one. A version banner or systemd's ``Started`` starts a new incarnation in text
+  logs. So a late line of a dead incarnation only ever touches that incarnation.
+* **Phases** only move forward within an incarnation (``phases.is_forward``).
+* **Crashes.** Evidence (exceptions, failure lines, systemd verdicts) is collected per
+  incarnation; the incarnation ends ``crashed`` on systemd's non-zero exit or failure, an
+  uncaught (raw) traceback during startup, or a failure line after which the process exits.
+  A logged traceback during startup makes a crash *pending*: confirmed by the exit, by a new
+  incarnation, or at the end of a replay (``finish``). The root cause is chosen from the
+  evidence when asked (``causes.choose_root_cause``), so lines that arrive late still count;
+  a crash is *settled* into ``crashes_total`` once ``settle_seconds`` of log time have passed
+  (or at ``advance``/``finish``), with the cause known then.
+
+Deterministic: the same records in the same order always give the same snapshot. Records whose
+journal cursor was already applied are ignored (``feed`` returns False), so re-reading after a
+reconnect is harmless.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from fnmatch import fnmatchcase
+from types import MappingProxyType
+
+from vllm_sentinel.causes import (
+    BenignMatcher,
+    CrashCause,
+    Evidence,
+    EvidenceKind,
+    choose_root_cause,
+    classify_exception,
+    classify_stderr_line,
+    is_request_error,
+)
+from vllm_sentinel.markers import (
+    Event,
+    MarkerMatch,
+    MarkerMatcher,
+    SystemdEvent,
+    match_systemd,
+)
+from vllm_sentinel.phases import STARTUP_PHASES, Outcome, Phase, is_forward
+from vllm_sentinel.record import Record
+from vllm_sentinel.snapshot import (
+    CrashInfo,
+    IncarnationSnapshot,
+    PhaseEntry,
+    Progress,
+    UnitSnapshot,
+)
+from vllm_sentinel.tracebacks import ExceptionEvent, TracebackAssembler
+from vllm_sentinel.vllm_line import LineAnatomy, LineKind, Role, parse_line
+
+__all__ = ["TrackerSet", "UnitTracker"]
+
+_GIB = 1 << 30
+_MAX_EVIDENCE = 32
+_MAX_PIDS = 64
+_POST_READY_CAUSE_WINDOW = timedelta(minutes=5)
+_STARTUP = frozenset(STARTUP_PHASES)
+_PHASE_RANK = {phase: index for index, phase in enumerate(Phase)}
+_TP_SIZE = re.compile(r"tensor_parallel_size[=':\s]+(\d{1,4})")
+_CURSOR_SEQ = re.compile(r"s=([0-9a-f]+);i=([0-9a-f]+)")
+_MANAGER_IDENTS = frozenset({"systemd", "kernel"})
+_LOW_LEVELS = {
+    "DEBUG": "debug",
+    "INFO": "info",
+    "WARNING": "warning",
+    "ERROR": "error",
+    "CRITICAL": "critical",
+}
+_NOT_PROCESS_DEATH = ("Exception ignored in", "Exception in thread")
+_STOP_SIGNALS = frozenset({"TERM", "INT", "KILL", "15", "2", "9"})
+_STOP_STATUSES = frozenset({0, 130, 137, 143})
+
+
+@dataclass(slots=True)
+class _Incarnation:
+    """Mutable state of one incarnation; private to the tracker (snapshots are frozen)."""
+
+    serial: int
+    id: str | None
+    started_at: datetime | None
+    phase: Phase = Phase.STARTING
+    furthest: Phase = Phase.STARTING
+    timeline: list[PhaseEntry] = field(default_factory=list)
+    outcome: Outcome = Outcome.RUNNING
+    ended_at: datetime | None = None
+    crash_phase: Phase | None = None
+    evidence: list[Evidence] = field(default_factory=list)
+    fatal_pending_at: datetime | None = None
+    stop_requested: bool = False
+    stop_by_manager: bool = False
+    settled: bool = False
+    has_banner: bool = False
+    pids: dict[int, None] = field(default_factory=dict)
+    benign_errors: int = 0
+    records: int = 0
+    last_record_at: datetime | None = None
+    last_progress_at: datetime | None = None
+    vllm_version: str | None = None
+    model: str | None = None
+    tensor_parallel_size: int | None = None
+    max_rank: int | None = None
+    shards_loaded: int | None = None
+    shards_total: int | None = None
+    model_weights_bytes: int | None = None
+    weights_load_seconds: float | None = None
+    compile_seconds: float | None = None
+    kv_cache_bytes: int | None = None
+    kv_cache_tokens: int | None = None
+    cuda_graph_bytes: int | None = None
+    cuda_graph_capture_seconds: float | None = None
+    engine_init_seconds: float | None = None
+
+    @property
+    def ended(self) -> bool:
+        return self.outcome in (Outcome.CRASHED, Outcome.STOPPED)
+
+    @property
+    def pristine(self) -> bool:
+        return self.records == 0 and not self.ended
+
+
+def _float(text: str | None) -> float | None:
+    try:
+        return float(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+def _int(text: str | None) -> int | None:
+    try:
+        return int(text.replace(",", "")) if text is not None else None
+    except ValueError:
+        return None
+
+
+class UnitTracker:
+    """The state machine of one unit.
+
+    Args:
+        unit: the systemd unit name (or ``vllm`` for plain text).
+        host: the host name, for snapshots.
+        matcher: the marker matcher (shareable, immutable).
+        benign: the benign-line matcher built from config.
+        max_incarnations: how many incarnations to keep (older ones are forgotten; their
+            counts stay in the counters).
+        reference_year: year for timestamps that have none (vLLM's header) until a record
+            with a full time is seen.
+        settle_seconds: log-time delay before a crash is counted with its cause.
+    """
+
+    def __init__(
+        self,
+        unit: str,
+        host: str | None = None,
+        *,
+        matcher: MarkerMatcher | None = None,
+        benign: BenignMatcher | None = None,
+        max_incarnations: int = 8,
+        reference_year: int = 1970,
+        settle_seconds: float = 30.0,
+    ) -> None:
+        self.unit = unit
+        self.host = host
+        self._matcher = matcher or MarkerMatcher()
+        self._benign = benign or BenignMatcher()
+        self._max_incarnations = max(2, max_incarnations)
+        self._year = reference_year
+        self._settle = timedelta(seconds=settle_seconds)
+        self._incarnations: deque[_Incarnation] = deque()
+        self._by_id: dict[str, _Incarnation] = {}
+        self._pid_owner: dict[int, _Incarnation] = {}
+        self._tracebacks = TracebackAssembler()
+        self._serial = 0
+        self._seq = 0
+        self._last_time: datetime | None = None
+        self._seen_seq: dict[str, int] = {}
+        self._recent_cursors: deque[str] = deque(maxlen=64)
+        self._unsettled: list[_Incarnation] = []
+        self.starts_total = 0
+        self.crashes_total: Counter[CrashCause] = Counter()
+        self.records_by_level: Counter[str] = Counter()
+        self.benign_errors_total = 0
+        self.duplicates_total = 0
+        self._phase_durations: dict[Phase, float] = {}
+        self._startup_duration: float | None = None
+        self._last_evicted_crash: CrashInfo | None = None
+
+    # --- input ---------------------------------------------------------------------------
+
+    def feed(self, record: Record) -> bool:
+        """Apply one record; return False when it was already applied (same cursor)."""
+        cursor = record.cursor
+        if cursor is not None and self._is_duplicate(cursor):
+            self.duplicates_total += 1
+            return False
+        time = record.realtime
+        if time is not None:
+            self._last_time = time
+            self._year = time.year
+        message = record.message
+        lines = message.split("\n") if "\n" in message else (message,)
+        if record.from_manager or record.syslog_identifier in _MANAGER_IDENTS:
+            for line in lines:
+                self._feed_manager(record, line, time or self._last_time)
+        else:
+            for line in lines:
+                self._feed_line(record, line, time)
+        self._settle_due(self._last_time)
+        return True
+
+    def advance(self, now: datetime) -> None:
+        """Let time pass without records: settles crashes older than ``settle_seconds``."""
+        self._settle_due(now)
+
+    def finish(self) -> None:
+        """End of input (replay): confirm pending crashes and settle every crash."""
+        for incarnation in self._incarnations:
+            if not incarnation.ended and incarnation.fatal_pending_at is not None:
+                self._end(incarnation, Outcome.CRASHED, incarnation.last_record_at)
+        for incarnation in list(self._unsettled):
+            self._settle_one(incarnation)
+        self._unsettled.clear()
+
+    def _is_duplicate(self, cursor: str) -> bool:
+        found = _CURSOR_SEQ.search(cursor)
+        if found is None:
+            if cursor in self._recent_cursors:
+                return True
+            self._recent_cursors.append(cursor)
+            return False
+        seqnum_id, seqnum = found.group(1), int(found.group(2), 16)
+        last = self._seen_seq.get(seqnum_id)
+        if last is not None and seqnum <= last:
+            return True
+        if last is None and len(self._seen_seq) >= 64:
+            del self._seen_seq[next(iter(self._seen_seq))]
+        self._seen_seq[seqnum_id] = seqnum
+        return False
+
+    def _line_time(self, record_time: datetime | None, anatomy: LineAnatomy) -> datetime | None:
+        if record_time is not None:
+            return record_time
+        stamp = anatomy.stamp
+        if stamp is not None:
+            try:
+                time = datetime(
+                    self._year,
+                    int(stamp[0:2]),
+                    int(stamp[3:5]),
+                    int(stamp[6:8]),
+                    int(stamp[9:11]),
+                    int(stamp[12:14]),
+                    tzinfo=UTC,
+                )
+            except ValueError:
+                return self._last_time
+            last = self._last_time
+            if last is not None and last - time > timedelta(days=180):
+                time = time.replace(year=time.year + 1)
+            self._last_time = time
+            return time
+        return self._last_time
+
+    def _feed_line(self, record: Record, line: str, record_time: datetime | None) -> None:
+        anatomy = parse_line(line)
+        time = self._line_time(record_time, anatomy)
+        pid = anatomy.pid or record.pid
+        has_header = anatomy.kind is LineKind.VLLM or anatomy.kind is LineKind.JSON
+        consumed, exception, started = self._tracebacks.feed(
+            pid, anatomy.body, anatomy.level, has_header
+        )
+        found = None if consumed else self._matcher.match(anatomy.body, anatomy.kind)
+        incarnation = self._attribute(record, pid, time)
+        if (
+            found is not None
+            and found.marker.event is Event.PROCESS_STARTED
+            and record.invocation_id is None
+            and incarnation is self._current()
+            and (
+                incarnation.has_banner
+                or incarnation.ended
+                or incarnation.fatal_pending_at is not None
+                or incarnation.phase is not Phase.STARTING
+            )
+        ):
+            incarnation = self._start_incarnation(None, time)
+        self.records_by_level[_LOW_LEVELS.get(anatomy.level or "", "none")] += 1
+        incarnation.records += 1
+        incarnation.last_record_at = time
+        if pid is not None:
+            self._claim_pid(incarnation, pid)
+        if anatomy.rank is not None and (
+            incarnation.max_rank is None or anatomy.rank > incarnation.max_rank
+        ):
+            incarnation.max_rank = anatomy.rank
+        if found is None or found.marker.event is not Event.HEARTBEAT:
+            incarnation.last_progress_at = time
+        if started and not has_header:
+            self._on_uncaught_traceback(incarnation, pid, time)
+        if exception is not None:
+            self._on_exception(incarnation, exception, anatomy, time)
+        elif found is not None:
+            self._on_marker(incarnation, found, anatomy.body, time)
+        elif (
+            not consumed
+            and anatomy.kind is LineKind.RAW
+            and incarnation.phase in _STARTUP
+            and not incarnation.ended
+        ):
+            cause = classify_stderr_line(anatomy.body)
+            if cause is not None:
+                self._add_evidence(incarnation, cause, EvidenceKind.NOISE, "", anatomy.body, time)
+        if (
+            anatomy.level in ("ERROR", "CRITICAL")
+            and not consumed
+            and self._benign.matches(anatomy.body)
+        ):
+            incarnation.benign_errors += 1
+            self.benign_errors_total += 1
+
+    # --- attribution ---------------------------------------------------------------------
+
+    def _current(self) -> _Incarnation | None:
+        return self._incarnations[-1] if self._incarnations else None
+
+    def _attribute(self, record: Record, pid: int | None, time: datetime | None) -> _Incarnation:
+        invocation_id = record.invocation_id
+        if invocation_id is not None:
+            incarnation = self._by_id.get(invocation_id)
+            if incarnation is None:
+                current = self._current()
+                if current is not None and current.id is None and current.pristine:
+                    current.id = invocation_id
+                    self._by_id[invocation_id] = current
+                    return current
+                incarnation = self._start_incarnation(invocation_id, time)
+            return incarnation
+        current = self._current()
+        if current is None:
+            return self._start_incarnation(None, time)
+        if pid is not None and pid not in current.pids:
+            owner = self._pid_owner.get(pid)
+            if owner is not None and owner is not current:
+                return owner
+        return current
+
+    def _claim_pid(self, incarnation: _Incarnation, pid: int) -> None:
+        if pid in incarnation.pids:
+            return
+        if len(incarnation.pids) < _MAX_PIDS:
+            incarnation.pids[pid] = None
+        self._pid_owner[pid] = incarnation
+
+    def _supersede(self, previous: _Incarnation) -> None:
+        """End an incarnation that a reboot or a newer incarnation replaced."""
+        if previous.ended:
+            return
+        if previous.fatal_pending_at is not None:
+            self._end(previous, Outcome.CRASHED, previous.last_record_at)
+        elif previous.stop_requested:
+            self._end(previous, Outcome.STOPPED, previous.last_record_at)
+        else:
+            self._add_evidence(
+                previous,
+                CrashCause.UNKNOWN,
+                EvidenceKind.SIGNAL,
+                "",
+                "ended without an exit record (superseded)",
+                previous.last_record_at,
+            )
+            self._end(previous, Outcome.CRASHED, previous.last_record_at)
+
+    def _start_incarnation(self, invocation_id: str | None, time: datetime | None) -> _Incarnation:
+        previous = self._current()
+        if previous is not None:
+            self._supersede(previous)
+        self._serial += 1
+        incarnation = _Incarnation(self._serial, invocation_id, time)
+        incarnation.timeline.append(PhaseEntry(Phase.STARTING, time))
+        self._incarnations.append(incarnation)
+        if invocation_id is not None:
+            self._by_id[invocation_id] = incarnation
+        self.starts_total += 1
+        while len(self._incarnations) > self._max_incarnations:
+            self._evict(self._incarnations.popleft())
+        return incarnation
+
+    def _evict(self, incarnation: _Incarnation) -> None:
+        if incarnation.id is not None:
+            self._by_id.pop(incarnation.id, None)
+        for pid in incarnation.pids:
+            if self._pid_owner.get(pid) is incarnation:
+                del self._pid_owner[pid]
+        if incarnation in self._unsettled:
+            self._settle_one(incarnation)
+            self._unsettled.remove(incarnation)
+        if incarnation.outcome is Outcome.CRASHED:
+            self._last_evicted_crash = self._crash_info(incarnation)
+
+    # --- systemd -------------------------------------------------------------------------
+
+    def _feed_manager(self, record: Record, line: str, time: datetime | None) -> None:
+        matched = match_systemd(line, record.message_id)
+        if matched is None:
+            return
+        event, groups = matched
+        if event is SystemdEvent.BOOT:
+            current = self._current()
+            if current is not None:
+                self._supersede(current)
+            return
+        if event in (SystemdEvent.UNIT_STARTING, SystemdEvent.UNIT_STARTED):
+            if record.invocation_id is not None:
+                incarnation = self._attribute(record, None, time)
+            else:
+                current = self._current()
+                incarnation = (
+                    current
+                    if current is not None and current.pristine
+                    else self._start_incarnation(None, time)
+                )
+            if incarnation.started_at is None or (
+                time is not None and incarnation.pristine and time < incarnation.started_at
+            ):
+                incarnation.started_at = time
+                incarnation.timeline[0] = PhaseEntry(Phase.STARTING, time)
+            return
+        incarnation = (
+            self._attribute(record, None, time) if record.invocation_id else self._current()
+        )
+        if incarnation is None:
+            return
+        if event is SystemdEvent.UNIT_STOPPING:
+            if not incarnation.ended:
+                incarnation.stop_requested = True
+                incarnation.stop_by_manager = True
+                self._advance(incarnation, Phase.STOPPING, time)
+        elif event in (SystemdEvent.UNIT_STOPPED, SystemdEvent.UNIT_DEACTIVATED):
+            self._end_cleanly(incarnation, time)
+        elif event is SystemdEvent.MAIN_PROCESS_EXITED:
+            self._on_exit(incarnation, groups, time)
+        elif event is SystemdEvent.UNIT_FAILED:
+            result = groups.get("result") or ""
+            if incarnation.stop_by_manager and result not in ("oom-kill",):
+                self._end_cleanly(incarnation, time)
+                return
+            if result == "oom-kill":
+                self._add_evidence(
+                    incarnation, CrashCause.HOST_OOM, EvidenceKind.REAL, "", line, time
+                )
+            elif result in ("timeout", "watchdog"):
+                self._add_evidence(
+                    incarnation, CrashCause.TIMEOUT, EvidenceKind.REAL, "", line, time
+                )
+            elif result in ("signal", "core-dump"):
+                self._add_evidence(
+                    incarnation, CrashCause.KILLED, EvidenceKind.SIGNAL, "", line, time
+                )
+            self._end(incarnation, Outcome.CRASHED, time)
+        elif event is SystemdEvent.OOM_KILLED:
+            self._add_evidence(incarnation, CrashCause.HOST_OOM, EvidenceKind.REAL, "", line, time)
+            if not incarnation.ended:
+                incarnation.fatal_pending_at = time
+        elif event is SystemdEvent.START_TIMED_OUT:
+            self._add_evidence(incarnation, CrashCause.TIMEOUT, EvidenceKind.REAL, "", line, time)
+            if not incarnation.ended:
+                incarnation.fatal_pending_at = time
+
+    def _on_exit(
+        self, incarnation: _Incarnation, groups: Mapping[str, str | None], time: datetime | None
+    ) -> None:
+        code = groups.get("code") or ""
+        status = _int(groups.get("status")) or 0
+        name = groups.get("name") or ""
+        if code == "exited" and status == 0:
+            if incarnation.fatal_pending_at is not None and not incarnation.stop_requested:
+                self._end(incarnation, Outcome.CRASHED, time)
+            else:
+                self._end_cleanly(incarnation, time)
+            return
+        if incarnation.stop_requested and (name in _STOP_SIGNALS or status in _STOP_STATUSES):
+            self._end_cleanly(incarnation, time)
+            return
+        if code in ("killed", "dumped"):
+            self._add_evidence(
+                incarnation,
+                CrashCause.KILLED,
+                EvidenceKind.SIGNAL,
+                "",
+                f"main process {code}, signal {name or status}",
+                time,
+            )
+        self._end(incarnation, Outcome.CRASHED, time)
+
+    # --- vLLM events ---------------------------------------------------------------------
+
+    def _on_marker(
+        self, incarnation: _Incarnation, found: MarkerMatch, body: str, time: datetime | None
+    ) -> None:
+        marker = found.marker
+        event = marker.event
+        groups = found.groups
+        if groups:
+            self._read_figures(incarnation, event, groups)
+        if event is Event.ENGINE_INIT or event is Event.SERVER_CONFIG:
+            tp_size = _TP_SIZE.search(body)
+            if tp_size is not None and incarnation.tensor_parallel_size is None:
+                incarnation.tensor_parallel_size = int(tp_size.group(1))
+        if event is Event.FATAL or event is Event.PORT_CONFLICT:
+            if incarnation.ended or incarnation.stop_requested:
+                return
+            if marker.cause is not None:
+                cause = CrashCause(marker.cause)
+                kind = (
+                    EvidenceKind.NOISE
+                    if event is Event.PORT_CONFLICT
+                    else EvidenceKind.WRAPPER
+                    if cause is CrashCause.WORKER_DIED
+                    else EvidenceKind.REAL
+                )
+                self._add_evidence(incarnation, cause, kind, "", body, time)
+            if event is Event.FATAL:
+                if marker.terminal:
+                    self._end(incarnation, Outcome.CRASHED, time)
+                elif incarnation.fatal_pending_at is None:
+                    incarnation.fatal_pending_at = time
+            return
+        if event is Event.PROCESS_STARTED:
+            incarnation.has_banner = True
+        if event is Event.SHUTDOWN:
+            if not incarnation.ended:
+                incarnation.stop_requested = True
+                self._advance(incarnation, Phase.STOPPING, time)
+            return
+        if event is Event.SHUTDOWN_COMPLETE:
+            if incarnation.fatal_pending_at is not None:
+                self._end(incarnation, Outcome.CRASHED, time)
+            else:
+                self._end_cleanly(incarnation, time)
+            return
+        phase = marker.phase
+        if phase is not None:
+            self._advance(incarnation, phase, time)
+
+    @staticmethod
+    def _read_figures(
+        incarnation: _Incarnation, event: Event, groups: Mapping[str, str | None]
+    ) -> None:
+        version = groups.get("ver")
+        if version and incarnation.vllm_version is None:
+            incarnation.vllm_version = version[:64]
+        model = groups.get("model")
+        if model and (incarnation.model is None or event is Event.ENGINE_INIT):
+            incarnation.model = model[:256]
+        if event is Event.WEIGHTS_PROGRESS:
+            loaded, total = _int(groups.get("n")), _int(groups.get("total"))
+            if total:
+                incarnation.shards_total = total
+                incarnation.shards_loaded = max(loaded or 0, incarnation.shards_loaded or 0)
+        elif event is Event.WEIGHTS_LOADED:
+            incarnation.weights_load_seconds = _float(groups.get("s"))
+        elif event is Event.MODEL_LOADED:
+            gib = _float(groups.get("gib"))
+            if gib is not None:
+                incarnation.model_weights_bytes = int(gib * _GIB)
+            seconds = _float(groups.get("s"))
+            if seconds is not None and incarnation.weights_load_seconds is None:
+                incarnation.weights_load_seconds = seconds
+            if incarnation.shards_total:
+                incarnation.shards_loaded = incarnation.shards_total
+        elif event is Event.COMPILE_FINISHED:
+            incarnation.compile_seconds = _float(groups.get("s"))
+        elif event is Event.KV_CACHE_MEMORY:
+            gib = _float(groups.get("gib"))
+            if gib is not None:
+                incarnation.kv_cache_bytes = int(gib * _GIB)
+        elif event is Event.KV_CACHE_SIZED:
+            tokens = _int(groups.get("tokens"))
+            if tokens is not None:
+                incarnation.kv_cache_tokens = tokens
+        elif event is Event.GRAPH_CAPTURE_FINISHED:
+            gib = _float(groups.get("gib"))
+            if gib is not None:
+                incarnation.cuda_graph_bytes = int(gib * _GIB)
+            incarnation.cuda_graph_capture_seconds = _float(groups.get("s"))
+        elif event is Event.ENGINE_READY:
+            incarnation.engine_init_seconds = _float(groups.get("s"))
+
+    def _on_exception(
+        self,
+        incarnation: _Incarnation,
+        exception: ExceptionEvent,
+        anatomy: LineAnatomy,
+        time: datetime | None,
+    ) -> None:
+        if is_request_error(exception.exception, exception.message, exception.context):
+            return
+        if exception.context is not None and self._benign.matches(exception.context):
+            return
+        if incarnation.stop_requested and not incarnation.ended:
+            return  # errors while shutting down (EngineDeadError on SIGTERM) are not crashes
+        if incarnation.ended and incarnation.settled:
+            return
+        if incarnation.outcome is Outcome.STOPPED:
+            return
+        cause, kind = classify_exception(exception.exception, exception.message)
+        self._add_evidence(incarnation, cause, kind, exception.exception, exception.message, time)
+        if incarnation.ended:
+            return
+        context = exception.context or ""
+        uncaught = not exception.logged and not context.startswith(_NOT_PROCESS_DEATH)
+        if incarnation.phase in _STARTUP:
+            if uncaught and exception.in_traceback and anatomy.kind is LineKind.RAW:
+                self._end(incarnation, Outcome.CRASHED, time)
+            elif incarnation.fatal_pending_at is None:
+                incarnation.fatal_pending_at = time
+        elif uncaught and anatomy.role in (None, Role.API_SERVER, Role.MAIN):
+            if incarnation.fatal_pending_at is None:
+                incarnation.fatal_pending_at = time
+
+    def _on_uncaught_traceback(
+        self, incarnation: _Incarnation, pid: int | None, time: datetime | None
+    ) -> None:
+        """A raw traceback began: a process is dying of an uncaught exception."""
+        if incarnation.ended or incarnation.stop_requested:
+            return
+        context = self._tracebacks.context_of(pid) or ""
+        if context.startswith(_NOT_PROCESS_DEATH) or incarnation.phase not in _STARTUP:
+            return
+        if incarnation.fatal_pending_at is None:
+            incarnation.fatal_pending_at = time
+
+    def _add_evidence(
+        self,
+        incarnation: _Incarnation,
+        cause: CrashCause,
+        kind: EvidenceKind,
+        exception: str,
+        message: str,
+        time: datetime | None,
+    ) -> None:
+        if len(incarnation.evidence) >= _MAX_EVIDENCE:
+            return
+        self._seq += 1
+        incarnation.evidence.append(
+            Evidence(cause, kind, exception, message[:1000], time, self._seq)
+        )
+
+    # --- phase moves ---------------------------------------------------------------------
+
+    def _advance(self, incarnation: _Incarnation, phase: Phase, time: datetime | None) -> None:
+        if incarnation.ended or not is_forward(incarnation.phase, phase):
+            return
+        previous = incarnation.timeline[-1]
+        if (
+            previous.phase in _STARTUP
+            and phase in _STARTUP | {Phase.READY}
+            and previous.entered_at is not None
+            and time is not None
+        ):
+            self._phase_durations[previous.phase] = max(
+                0.0, (time - previous.entered_at).total_seconds()
+            )
+        incarnation.phase = phase
+        incarnation.timeline.append(PhaseEntry(phase, time))
+        if phase in _STARTUP or phase is Phase.READY:
+            if _PHASE_RANK[phase] > _PHASE_RANK[incarnation.furthest]:
+                incarnation.furthest = phase
+        if phase is Phase.READY:
+            incarnation.outcome = Outcome.READY
+            if incarnation.started_at is not None and time is not None:
+                self._startup_duration = max(0.0, (time - incarnation.started_at).total_seconds())
+
+    def _end_cleanly(self, incarnation: _Incarnation, time: datetime | None) -> None:
+        if incarnation.fatal_pending_at is not None and not incarnation.stop_requested:
+            self._end(incarnation, Outcome.CRASHED, time)
+        else:
+            self._end(incarnation, Outcome.STOPPED, time)
+
+    def _end(self, incarnation: _Incarnation, outcome: Outcome, time: datetime | None) -> None:
+        if incarnation.ended:
+            if (
+                outcome is Outcome.CRASHED
+                and incarnation.outcome is Outcome.STOPPED
+                and not incarnation.stop_by_manager
+            ):
+                # systemd says the process failed after its log looked like a clean stop
+                incarnation.outcome = Outcome.CRASHED
+                incarnation.timeline[-1] = PhaseEntry(Phase.CRASHED, incarnation.ended_at)
+                self._unsettled.append(incarnation)
+            return
+        incarnation.crash_phase = incarnation.phase
+        incarnation.ended_at = time
+        incarnation.outcome = outcome
+        final = Phase.CRASHED if outcome is Outcome.CRASHED else Phase.STOPPED
+        incarnation.phase = final
+        incarnation.timeline.append(PhaseEntry(final, time))
+        if outcome is Outcome.CRASHED:
+            self._unsettled.append(incarnation)
+
+    def _settle_due(self, now: datetime | None) -> None:
+        if not self._unsettled or now is None:
+            return
+        for incarnation in list(self._unsettled):
+            ended = incarnation.ended_at
+            if ended is None or now - ended >= self._settle:
+                self._settle_one(incarnation)
+                self._unsettled.remove(incarnation)
+
+    def _settle_one(self, incarnation: _Incarnation) -> None:
+        if incarnation.settled:
+            return
+        incarnation.settled = True
+        self.crashes_total[self._crash_info(incarnation).cause] += 1
+
+    # --- output --------------------------------------------------------------------------
+
+    def _crash_info(self, incarnation: _Incarnation) -> CrashInfo:
+        evidence: Iterable[Evidence] = incarnation.evidence
+        ended = incarnation.ended_at
+        if incarnation.furthest is Phase.READY and ended is not None:
+            evidence = [
+                item
+                for item in incarnation.evidence
+                if item.at is None or ended - item.at <= _POST_READY_CAUSE_WINDOW
+            ]
+        root = choose_root_cause(evidence)
+        phase = incarnation.crash_phase or incarnation.phase
+        if root is None:
+            return CrashInfo(CrashCause.UNKNOWN, "", "", phase, ended, incarnation.id)
+        return CrashInfo(root.cause, root.exception, root.message, phase, ended, incarnation.id)
+
+    def _snapshot_incarnation(self, incarnation: _Incarnation) -> IncarnationSnapshot:
+        tp = incarnation.tensor_parallel_size
+        if tp is None and incarnation.max_rank:
+            tp = incarnation.max_rank + 1  # a lower bound: the highest rank that logged
+        return IncarnationSnapshot(
+            id=incarnation.id,
+            started_at=incarnation.started_at,
+            ended_at=incarnation.ended_at,
+            phases=tuple(incarnation.timeline),
+            phase=incarnation.phase,
+            furthest_phase=incarnation.furthest,
+            outcome=incarnation.outcome,
+            crash=(
+                self._crash_info(incarnation) if incarnation.outcome is Outcome.CRASHED else None
+            ),
+            pids=tuple(incarnation.pids),
+            benign_errors=incarnation.benign_errors,
+            records=incarnation.records,
+            last_record_at=incarnation.last_record_at,
+            last_progress_at=incarnation.last_progress_at,
+            vllm_version=incarnation.vllm_version,
+            model=incarnation.model,
+            tensor_parallel_size=tp,
+            progress=Progress(
+                weights_shards_loaded=incarnation.shards_loaded,
+                weights_shards_total=incarnation.shards_total,
+                model_weights_bytes=incarnation.model_weights_bytes,
+                weights_load_seconds=incarnation.weights_load_seconds,
+                compile_seconds=incarnation.compile_seconds,
+                kv_cache_bytes=incarnation.kv_cache_bytes,
+                kv_cache_tokens=incarnation.kv_cache_tokens,
+                cuda_graph_bytes=incarnation.cuda_graph_bytes,
+                cuda_graph_capture_seconds=incarnation.cuda_graph_capture_seconds,
+                engine_init_seconds=incarnation.engine_init_seconds,
+            ),
+        )
+
+    def snapshot(self, now: datetime | None = None) -> UnitSnapshot:
+        """Freeze what is known now. ``now`` settles crashes older than ``settle_seconds``."""
+        if now is not None:
+            self._settle_due(now)
+        incarnations = tuple(self._snapshot_incarnation(item) for item in self._incarnations)
+        last_crash = next(
+            (item.crash for item in reversed(incarnations) if item.crash is not None),
+            self._last_evicted_crash,
+        )
+        return UnitSnapshot(
+            host=self.host,
+            unit=self.unit,
+            incarnations=incarnations,
+            starts_total=self.starts_total,
+            crashes_total=MappingProxyType(dict(self.crashes_total)),
+            records_by_level=MappingProxyType(dict(self.records_by_level)),
+            benign_errors_total=self.benign_errors_total,
+            duplicates_total=self.duplicates_total,
+            last_crash=last_crash,
+            phase_durations=MappingProxyType(dict(self._phase_durations)),
+            startup_duration_seconds=self._startup_duration,
+        )
+
+
+class TrackerSet:
+    """Route records to one ``UnitTracker`` per (host, unit), creating trackers on demand.
+
+    Args:
+        units: unit names or globs to keep (``vllm*``); empty keeps every unit.
+        default_unit: the unit of records that name none (plain text).
+        factory: builds a tracker for (unit, host).
+    """
+
+    def __init__(
+        self,
+        units: Iterable[str] = (),
+        *,
+        default_unit: str = "vllm",
+        factory: Callable[[str, str | None], UnitTracker] | None = None,
+    ) -> None:
+        self._patterns = tuple(units)
+        self._default_unit = default_unit
+        self._factory = factory or (lambda unit, host: UnitTracker(unit, host))
+        self._trackers: dict[tuple[str | None, str], UnitTracker] = {}
+        self.unrouted_total = 0
+
+    def wants(self, unit: str) -> bool:
+        """True when ``unit`` matches the configured names or globs."""
+        return not self._patterns or any(fnmatchcase(unit, p) for p in self._patterns)
+
+    def feed(self, record: Record) -> bool:
+        """Apply a record to its unit's tracker; False if filtered out or a duplicate."""
+        unit = record.unit or self._default_unit
+        if not self.wants(unit):
+            self.unrouted_total += 1
+            return False
+        key = (record.host, unit)
+        tracker = self._trackers.get(key)
+        if tracker is None:
+            tracker = self._trackers[key] = self._factory(unit, record.host)
+        return tracker.feed(record)
+
+    def __iter__(self) -> Iterator[UnitTracker]:
+        return iter(list(self._trackers.values()))
+
+    def remove(self, host: str | None, unit: str) -> None:
+        """Forget a unit (removed from config)."""
+        self._trackers.pop((host, unit), None)

@@ -1,0 +1,246 @@
+"""Anatomy of one vLLM log line: process prefix, header, body (core: pure, no I/O).
+
+vLLM writes (``vllm/logger.py``, every release 0.2 → 0.33)::
+
+    [(<process> pid=<N>) ]<LEVEL> <MM-DD HH:MM:SS> [<file>:<line>] <message>     0.8.0+
+    [(<process> pid=<N>) ]<LEVEL> <MM-DD HH:MM:SS> <file>:<line>] <message>      up to 0.7.3
+
+The timestamp has no year and no zone (container-local time). The process prefix was added by
+wrapping stdout/stderr (0.4.3–0.30, so it also precedes raw tracebacks, tqdm bars and uvicorn
+lines) and moved into the format in 0.31; Ray adds its own ``(Actor pid=N[, ip=A])`` prefix.
+Up to 0.11 the worker prefix always carries ANSI colour, which is why journald stores those
+lines as byte arrays. ``NewLineFormatter`` repeats the header on every physical line of a
+multi-line message and ends all but the last with ``\\r``; tqdm bars refresh with ``\\r``.
+vLLM 0.32+ can log JSON (``--logging-config.formatter json``, python-json-logger fields
+``asctime levelname name processName process message``).
+
+``parse_line`` undoes all of that and returns a ``LineAnatomy``; it never raises.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+from functools import lru_cache
+from typing import NamedTuple
+
+import orjson
+
+__all__ = [
+    "LEVELS",
+    "LineAnatomy",
+    "LineKind",
+    "Role",
+    "collapse_carriage_returns",
+    "parse_line",
+    "parse_process_name",
+    "strip_ansi",
+]
+
+LEVELS: tuple[str, ...] = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+class Role(StrEnum):
+    """Which vLLM process wrote a line, from its prefix."""
+
+    API_SERVER = "api_server"
+    ENGINE_CORE = "engine_core"
+    WORKER = "worker"
+    MAIN = "main"
+    OTHER = "other"
+
+
+class LineKind(StrEnum):
+    """What shape the line had."""
+
+    VLLM = "vllm"  # vLLM's own header: LEVEL MM-DD HH:MM:SS [file:line]
+    UVICORN = "uvicorn"  # uvicorn's default formatter: "INFO:     message"
+    JSON = "json"  # vLLM 0.32+ JSON formatter
+    RAW = "raw"  # anything else: tqdm, tracebacks on stderr, foreign tools
+
+
+class LineAnatomy(NamedTuple):
+    """A parsed line.
+
+    Attributes:
+        body: the message after every prefix and header; ``\\n`` only for a JSON record with
+            ``exc_info``.
+        kind: the header shape.
+        level: ``DEBUG`` … ``CRITICAL`` from the header, else ``None``.
+        stamp: vLLM's ``MM-DD HH:MM:SS`` header time as text (no year, no zone), else ``None``.
+        source: ``file.py:123`` from the header, else ``None``.
+        role: the process role from the innermost prefix, else ``None``.
+        rank: the tensor-parallel rank from the prefix (``TP3``, ``rank=3``), else ``None``.
+        pid: the PID from the prefix, else ``None``.
+        prefix_name: the prefix's process name (``Worker_TP3``), else ``None``.
+    """
+
+    body: str
+    kind: LineKind = LineKind.RAW
+    level: str | None = None
+    stamp: str | None = None
+    source: str | None = None
+    role: Role | None = None
+    rank: int | None = None
+    pid: int | None = None
+    prefix_name: str | None = None
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[()][A-Za-z0-9]")
+_PREFIX = re.compile(r"\((?:(?P<name>[^()]*?) )?pid=(?P<pid>\d{1,10})(?:, ip=[^)]{1,64})?\) ?")
+_HEADER = re.compile(
+    r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) (?P<stamp>\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d+)?"
+    r" \[?(?P<source>[\w./-]{1,200}?:\d{1,7})\] ?"
+)
+_UVICORN = re.compile(r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL):\s+")
+_RANK = re.compile(r"(?:rank=|TP)(\d{1,4})")
+
+_ROLE_RULES: tuple[tuple[re.Pattern[str], Role], ...] = (
+    (re.compile(r"(?:APIServer|ApiServer)(?:_(?:DP)?\d+)?$"), Role.API_SERVER),
+    (
+        re.compile(r"(?:EngineCore(?:_(?:DP)?\d+)?|(?:DP)?(?:MoE)?EngineCoreActor)$"),
+        Role.ENGINE_CORE,
+    ),
+    (
+        re.compile(
+            r"(?:VllmWorkerProcess|VllmWorker|RayWorkerWrapper|RayWorkerProc|Worker)(?:\b|_)"
+        ),
+        Role.WORKER,
+    ),
+    (re.compile(r"MainProcess$"), Role.MAIN),
+)
+
+
+def strip_ansi(text: str) -> str:
+    """Remove ANSI/VT100 escape sequences (colours, cursor moves, OSC titles)."""
+    return _ANSI.sub("", text) if "\x1b" in text else text
+
+
+def collapse_carriage_returns(text: str) -> str:
+    """Keep what a terminal would show of a line that contains ``\\r``.
+
+    tqdm refreshes a bar with ``\\r``; vLLM's ``NewLineFormatter`` ends lines with ``\\r``.
+    The last non-blank segment wins; a process prefix that stood alone before the first
+    ``\\r`` (vLLM 0.10.1–0.30 prefixes only the start of a physical line) is kept in front.
+    """
+    if "\r" not in text:
+        return text
+    parts = text.split("\r")
+    last = ""
+    for part in reversed(parts):
+        if part.strip():
+            last = part
+            break
+    first = parts[0]
+    if last is not first and first.startswith("("):
+        match = _PREFIX.match(first)
+        if match is not None and not first[match.end() :].strip():
+            return first[: match.end()].rstrip() + " " + last.lstrip()
+    return last
+
+
+@lru_cache(maxsize=1024)
+def parse_process_name(name: str) -> tuple[Role, int | None]:
+    """Map a prefix's process name to its role and tensor-parallel rank.
+
+    ``Worker_DP0_TP5_EP5`` → (worker, 5); ``VllmWorker rank=1`` → (worker, 1);
+    ``EngineCore_DP0`` → (engine_core, None); unknown names → (other, None).
+    """
+    role = Role.OTHER
+    for pattern, candidate in _ROLE_RULES:
+        if pattern.match(name):
+            role = candidate
+            break
+    rank_match = _RANK.search(name) if role is Role.WORKER else None
+    return role, int(rank_match.group(1)) if rank_match else None
+
+
+def _parse_json(text: str) -> LineAnatomy | None:
+    try:
+        data = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(data, dict) or "message" not in data:
+        return None
+    message = data.get("message")
+    body = message if isinstance(message, str) else str(message)
+    exc = data.get("exc_info")
+    if isinstance(exc, str) and exc:
+        body = f"{body}\n{exc}"
+    level = data.get("levelname")
+    level = level if isinstance(level, str) and level in LEVELS else None
+    pid_value = data.get("process")
+    pid = pid_value if isinstance(pid_value, int) and pid_value > 0 else None
+    name = data.get("processName")
+    role: Role | None = None
+    rank: int | None = None
+    if isinstance(name, str) and name:
+        role, rank = parse_process_name(name)
+    else:
+        name = None
+    return LineAnatomy(body, LineKind.JSON, level, None, None, role, rank, pid, name)
+
+
+def parse_line(line: str) -> LineAnatomy:
+    """Split a physical line into prefix, header and body; never raises.
+
+    Args:
+        line: one physical line as logged (ANSI codes and ``\\r`` allowed), without wrapper
+            (journald/docker prefixes are the decoders' job).
+
+    Returns:
+        The ``LineAnatomy``; foreign lines come back as ``LineKind.RAW`` with the body
+        unchanged except for ANSI removal and ``\\r`` collapsing.
+    """
+    if "\x1b" in line:
+        line = _ANSI.sub("", line)
+    if "\r" in line:
+        line = collapse_carriage_returns(line)
+    role: Role | None = None
+    rank: int | None = None
+    pid: int | None = None
+    name: str | None = None
+    position = 0
+    while line.startswith("(", position):
+        match = _PREFIX.match(line, position)
+        if match is None:
+            break
+        name = match.group("name")
+        pid = int(match.group("pid"))
+        if name:
+            role, rank = parse_process_name(name)
+        position = match.end()
+    first = line[position : position + 1]
+    if first in ("D", "I", "W", "E", "C"):
+        header = _HEADER.match(line, position)
+        if header is not None:
+            return LineAnatomy(
+                line[header.end() :],
+                LineKind.VLLM,
+                header.group("level"),
+                header.group("stamp"),
+                header.group("source"),
+                role,
+                rank,
+                pid,
+                name,
+            )
+        uvicorn = _UVICORN.match(line, position)
+        if uvicorn is not None:
+            return LineAnatomy(
+                line[uvicorn.end() :],
+                LineKind.UVICORN,
+                uvicorn.group("level"),
+                None,
+                None,
+                role,
+                rank,
+                pid,
+                name,
+            )
+    elif first == "{" and line.startswith('{"', position):
+        parsed = _parse_json(line[position:])
+        if parsed is not None:
+            return parsed
+    body = line[position:] if position else line
+    return LineAnatomy(body, LineKind.RAW, None, None, None, role, rank, pid, name)

@@ -300,6 +300,10 @@ class UnitTracker:
         ):
             incarnation = self._start_incarnation(None, time)
         self.records_by_level[_LOW_LEVELS.get(anatomy.level or "", "none")] += 1
+        if incarnation.started_at is None and time is not None:
+            incarnation.started_at = time  # the first line with a time (excerpts start anywhere)
+            if incarnation.timeline[0].entered_at is None:
+                incarnation.timeline[0] = PhaseEntry(Phase.STARTING, time)
         incarnation.records += 1
         incarnation.last_record_at = time
         if pid is not None:
@@ -728,6 +732,11 @@ class UnitTracker:
         incarnation.settled = True
         self.crashes_total[self._crash_info(incarnation).cause] += 1
 
+    def current_pids(self) -> tuple[int, ...]:
+        """PIDs the journal showed for the current incarnation (GPU attribution fallback)."""
+        current = self._current()
+        return tuple(current.pids) if current is not None and not current.ended else ()
+
     # --- output --------------------------------------------------------------------------
 
     def _crash_info(self, incarnation: _Incarnation) -> CrashInfo:
@@ -846,6 +855,11 @@ class TrackerSet:
 
     def __iter__(self) -> Iterator[UnitTracker]:
         return iter(list(self._trackers.values()))
+
+    def adopt(self, trackers: Iterable[UnitTracker]) -> None:
+        """Take over existing trackers (a config reload keeps the state of kept units)."""
+        for tracker in trackers:
+            self._trackers[(tracker.host, tracker.unit)] = tracker
 
     def remove(self, host: str | None, unit: str) -> None:
         """Forget a unit (removed from config)."""

@@ -1,0 +1,78 @@
+"""Golden tests: every corpus log replayed must give its labelled answers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from vllm_sentinel.phases import Phase
+from vllm_sentinel.replay import replay
+from vllm_sentinel.report import to_json
+from vllm_sentinel.snapshot import CrashInfo, UnitSnapshot
+
+HERE = Path(__file__).parent
+LOGS = sorted((HERE / "logs").glob("*.log"))
+ORDER = list(Phase)
+
+
+def _replay_file(path: Path) -> tuple[UnitSnapshot, ...]:
+    return replay([[path.read_bytes()]], reference_year=2026).units
+
+
+def _last_crash(unit: UnitSnapshot) -> CrashInfo | None:
+    for incarnation in reversed(unit.incarnations):
+        if incarnation.crash is not None:
+            return incarnation.crash
+    return None
+
+
+def _exception_line(crash: CrashInfo) -> str:
+    return f"{crash.exception}: {crash.message}" if crash.exception else crash.message
+
+
+@pytest.mark.parametrize("log", LOGS, ids=[path.stem for path in LOGS])
+class TestCorpus:
+    """Replay each real log and compare with the labels that carry no '?'."""
+
+    def test_labelled_answers(self, log: Path) -> None:
+        """Furthest phase, outcome, crash cause and root-cause exception match the labels."""
+        expected: dict[str, Any] = json.loads(log.with_suffix(".expected.json").read_text())["expect"]
+        (unit,) = _replay_file(log)
+        furthest = max((item.furthest_phase for item in unit.incarnations), key=ORDER.index)
+        crash = _last_crash(unit)
+        current = unit.current
+        assert current is not None
+        if "furthest_phase" in expected:
+            assert furthest.value == expected["furthest_phase"]
+        if "outcome" in expected:
+            assert current.outcome.value == expected["outcome"]
+        if "crash_cause" in expected:
+            if expected["crash_cause"] is None:
+                assert crash is None, f"unexpected crash: {crash}"
+            else:
+                assert crash is not None
+                assert crash.cause.value == expected["crash_cause"]
+        if "root_cause_exception" in expected:
+            assert crash is not None
+            assert _exception_line(crash) == expected["root_cause_exception"]
+        if "root_cause_exception_prefix" in expected:
+            assert crash is not None
+            assert _exception_line(crash).startswith(expected["root_cause_exception_prefix"])
+        if "vllm_version" in expected:
+            assert current.vllm_version == expected["vllm_version"]
+        if "tensor_parallel_size" in expected:
+            assert current.tensor_parallel_size == expected["tensor_parallel_size"]
+        if "incarnations" in expected:
+            assert len(unit.incarnations) == expected["incarnations"]
+
+    def test_full_replay_document(self, log: Path, update_golden: bool) -> None:
+        """The whole replay JSON equals the reviewed golden file (``--update-golden`` rewrites)."""
+        document = to_json(_replay_file(log))
+        golden = log.with_suffix(".replay.json")
+        text = json.dumps(document, indent=2, ensure_ascii=False, sort_keys=True) + "\n"
+        if update_golden or not golden.exists():
+            golden.write_text(text)
+        assert text == golden.read_text()

@@ -1,0 +1,333 @@
+"""``Monitor``: the one writer of state (edge: asyncio around a synchronous core).
+
+Sources put items on one bounded queue; the Monitor applies them in order — journal batches to
+the hosts' ``UnitTracker``s (then marks the cursor), GPU samples to per-unit memory and growth,
+ticks to settle crashes — and publishes a frozen ``Snapshot`` as ``latest``. Nothing else
+mutates trackers; the exporter and ``/status`` read ``latest`` only. ``apply`` is synchronous so
+tests call it directly.
+
+Publishing happens when the queue is empty, or at least every ``publish_interval_seconds``
+while it stays busy, so a phase marker reaches ``/metrics`` within milliseconds without a
+snapshot per record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+
+import structlog
+
+from vllm_sentinel.causes import DEFAULT_BENIGN_PATTERNS, BenignMatcher
+from vllm_sentinel.cursors import CursorStore
+from vllm_sentinel.journal import JournalBatch
+from vllm_sentinel.markers import MarkerMatcher
+from vllm_sentinel.phases import Outcome, Phase
+from vllm_sentinel.snapshot import (
+    CollectorState,
+    GpuDevice,
+    GpuReading,
+    HostSnapshot,
+    Snapshot,
+    UnitSnapshot,
+)
+from vllm_sentinel.stall import DEFAULT_STALL_THRESHOLDS, GpuGrowth, is_stalled
+from vllm_sentinel.tracker import TrackerSet, UnitTracker
+
+__all__ = ["GpuSample", "HostPlan", "Monitor", "Tick"]
+
+_log = structlog.get_logger("vllm_sentinel.monitor")
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSample:
+    """One GPU poll of a host, with the unit each GPU process belongs to (from its cgroup).
+
+    ``unit_of_pid`` may miss PIDs (no cgroup readable); the Monitor then falls back to the
+    PIDs the journal showed for each unit's current incarnation.
+    """
+
+    host: str
+    reading: GpuReading
+    unit_of_pid: Mapping[int, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuDown:
+    """The GPU collector of ``host`` failed; its last reading is no longer current."""
+
+    host: str
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """Time passes: settle crashes, re-evaluate stalls."""
+
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class HostPlan:
+    """What the Monitor needs to know about one configured host."""
+
+    name: str
+    units: tuple[str, ...]
+    stall_thresholds: Mapping[Phase, float] = field(
+        default_factory=lambda: dict(DEFAULT_STALL_THRESHOLDS)
+    )
+    stall_min_growth_bytes: int = 256 << 20
+
+
+@dataclass(slots=True)
+class _Host:
+    plan: HostPlan
+    trackers: TrackerSet
+    collectors: dict[str, Callable[[], CollectorState]] = field(default_factory=dict)
+    skipped: dict[str, Callable[[], Mapping[str, int]]] = field(default_factory=dict)
+    gpus: tuple[GpuDevice, ...] = ()
+    unit_gpu_bytes: dict[str, dict[int, int]] = field(default_factory=dict)
+    growth: dict[str, GpuGrowth] = field(default_factory=dict)
+
+
+class Monitor:
+    """Owns the trackers of every host and publishes snapshots.
+
+    Args:
+        hosts: the configured hosts.
+        clock: wall clock (UTC), for "now" in snapshots and stall checks.
+        cursors: where applied cursors are marked (``None``: not kept).
+        benign_patterns: ERROR lines known not to be fatal.
+        max_incarnations: incarnations kept per unit.
+        settle_seconds: delay before a crash is counted with its cause.
+        publish_interval_seconds: the longest a busy queue delays a publish.
+    """
+
+    def __init__(
+        self,
+        hosts: Sequence[HostPlan],
+        *,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        cursors: CursorStore | None = None,
+        benign_patterns: Sequence[str] = DEFAULT_BENIGN_PATTERNS,
+        max_incarnations: int = 8,
+        settle_seconds: float = 30.0,
+        publish_interval_seconds: float = 0.1,
+    ) -> None:
+        self._clock = clock
+        self._cursors = cursors
+        self._matcher = MarkerMatcher()
+        self._benign = BenignMatcher(benign_patterns)
+        self._max_incarnations = max_incarnations
+        self._settle_seconds = settle_seconds
+        self._publish_interval = publish_interval_seconds
+        self._hosts: dict[str, _Host] = {}
+        self._previous: dict[tuple[str, str], tuple[str | None, Phase, Outcome]] = {}
+        self.applied_records_total = 0
+        for plan in hosts:
+            self._hosts[plan.name] = self._new_host(plan)
+        self.latest = Snapshot((), clock())
+
+    # --- configuration -----------------------------------------------------------------
+
+    def _new_host(self, plan: HostPlan) -> _Host:
+        year = self._clock().year
+
+        def factory(unit: str, host: str | None) -> UnitTracker:
+            return UnitTracker(
+                unit, host, matcher=self._matcher, benign=self._benign,
+                max_incarnations=self._max_incarnations, reference_year=year,
+                settle_seconds=self._settle_seconds,
+            )
+
+        return _Host(plan, TrackerSet(plan.units, factory=factory))
+
+    def reconfigure(self, hosts: Sequence[HostPlan], benign_patterns: Sequence[str]) -> None:
+        """Apply a reloaded config: keep the state of unchanged hosts and units."""
+        self._benign = BenignMatcher(benign_patterns)
+        wanted = {plan.name: plan for plan in hosts}
+        for name in list(self._hosts):
+            if name not in wanted:
+                del self._hosts[name]
+        for name, plan in wanted.items():
+            host = self._hosts.get(name)
+            if host is None:
+                self._hosts[name] = self._new_host(plan)
+                continue
+            if plan.units != host.plan.units:
+                old = host.trackers
+                host.trackers = self._new_host(plan).trackers
+                host.trackers.adopt(tracker for tracker in old if host.trackers.wants(tracker.unit))
+            host.plan = plan
+
+    def register_collector(
+        self,
+        host: str,
+        collector: str,
+        state: Callable[[], CollectorState],
+        skipped: Callable[[], Mapping[str, int]] | None = None,
+    ) -> None:
+        """Let the Monitor read a source's health (and skip counts) when it publishes."""
+        entry = self._hosts.get(host)
+        if entry is None:
+            return
+        entry.collectors[collector] = state
+        if skipped is not None:
+            entry.skipped[collector] = skipped
+
+    def unregister_collectors(self, host: str) -> None:
+        """Forget the sources of ``host`` (they are being replaced)."""
+        entry = self._hosts.get(host)
+        if entry is not None:
+            entry.collectors.clear()
+            entry.skipped.clear()
+
+    # --- applying ------------------------------------------------------------------------
+
+    def apply(self, item: JournalBatch | GpuSample | GpuDown | Tick) -> None:
+        """Apply one item from the queue (synchronous: the core does the work)."""
+        if isinstance(item, JournalBatch):
+            host = self._hosts.get(item.host)
+            if host is None:
+                return
+            feed = host.trackers.feed
+            for record in item.records:
+                feed(record)
+            self.applied_records_total += len(item.records)
+            if item.cursor is not None and self._cursors is not None:
+                self._cursors.mark(item.host, item.cursor)
+        elif isinstance(item, GpuSample):
+            self._apply_gpu(item)
+        elif isinstance(item, GpuDown):
+            host = self._hosts.get(item.host)
+            if host is not None:
+                host.unit_gpu_bytes.clear()
+        else:
+            for host in self._hosts.values():
+                for tracker in host.trackers:
+                    tracker.advance(item.at)
+
+    def _apply_gpu(self, sample: GpuSample) -> None:
+        host = self._hosts.get(sample.host)
+        if host is None:
+            return
+        reading = sample.reading
+        host.gpus = reading.devices
+        index_of = {device.uuid: device.index for device in reading.devices}
+        trackers = list(host.trackers)
+        pid_unit = dict(sample.unit_of_pid)
+        for tracker in trackers:
+            for pid in tracker.current_pids():
+                pid_unit.setdefault(pid, tracker.unit)
+        usage: dict[str, dict[int, int]] = {tracker.unit: {} for tracker in trackers}
+        for process in reading.processes:
+            unit = pid_unit.get(process.pid)
+            index = index_of.get(process.gpu_uuid)
+            if unit is None or index is None or unit not in usage:
+                continue
+            per_gpu = usage[unit]
+            per_gpu[index] = per_gpu.get(index, 0) + process.used_memory_bytes
+        host.unit_gpu_bytes = usage
+        for unit, per_gpu in usage.items():
+            growth = host.growth.get(unit)
+            if growth is None:
+                growth = host.growth[unit] = GpuGrowth(host.plan.stall_min_growth_bytes)
+            growth.update(sum(per_gpu.values()), reading.at)
+
+    # --- publishing ----------------------------------------------------------------------
+
+    def publish(self) -> Snapshot:
+        """Freeze the state of every host into ``latest`` and return it."""
+        now = self._clock()
+        hosts = []
+        for name, host in self._hosts.items():
+            units = []
+            for tracker in host.trackers:
+                unit = tracker.snapshot(now)
+                if not unit.incarnations:
+                    continue
+                units.append(self._decorate(host, unit, now))
+            units.sort(key=lambda snapshot: snapshot.unit)
+            skipped: dict[str, int] = {}
+            for counts in host.skipped.values():
+                for reason, value in counts().items():
+                    skipped[reason] = skipped.get(reason, 0) + value
+            hosts.append(
+                HostSnapshot(
+                    host=name,
+                    units=tuple(units),
+                    collectors={key: state() for key, state in host.collectors.items()},
+                    gpus=host.gpus,
+                    records_skipped=skipped,
+                )
+            )
+        snapshot = Snapshot(tuple(hosts), now)
+        self._log_changes(snapshot)
+        self.latest = snapshot
+        return snapshot
+
+    def _decorate(self, host: _Host, unit: UnitSnapshot, now: datetime) -> UnitSnapshot:
+        growth = host.growth.get(unit.unit)
+        gpu_bytes = host.unit_gpu_bytes.get(unit.unit, {})
+        decorated = replace(
+            unit,
+            gpu_memory_used_bytes=dict(gpu_bytes),
+            last_gpu_growth_at=growth.last_growth_at if growth else None,
+        )
+        current = decorated.current
+        if current is None or current.outcome is not Outcome.RUNNING:
+            return decorated
+        stalled = is_stalled(
+            current.phase,
+            current.phase_entered_at,
+            decorated.last_progress_at,
+            now,
+            host.plan.stall_thresholds,
+        )
+        return replace(decorated, stalled=stalled)
+
+    def _log_changes(self, snapshot: Snapshot) -> None:
+        for host in snapshot.hosts:
+            for unit in host.units:
+                current = unit.current
+                if current is None:
+                    continue
+                key = (host.host, unit.unit)
+                state = (current.id, current.phase, current.outcome)
+                previous = self._previous.get(key)
+                if previous == state:
+                    continue
+                self._previous[key] = state
+                if current.outcome is Outcome.CRASHED and current.crash is not None:
+                    _log.warning(
+                        "unit_crashed", host=host.host, unit=unit.unit,
+                        invocation_id=current.id, phase=current.crash.phase.value,
+                        cause=current.crash.cause.value, exception=current.crash.exception,
+                        message=current.crash.message[:300],
+                    )
+                else:
+                    _log.info(
+                        "unit_phase_changed", host=host.host, unit=unit.unit,
+                        invocation_id=current.id, phase=current.phase.value,
+                        previous_phase=previous[1].value if previous else None,
+                        stalled=unit.stalled,
+                    )
+
+    async def run(self, queue: asyncio.Queue[JournalBatch | GpuSample | GpuDown | Tick]) -> None:
+        """Apply queue items forever, publishing when idle or every publish interval."""
+        last_publish = time.monotonic()
+        while True:
+            item = await queue.get()
+            self.apply(item)
+            queue.task_done()
+            while not queue.empty() and time.monotonic() - last_publish < self._publish_interval:
+                self.apply(queue.get_nowait())
+                queue.task_done()
+            self.publish()
+            last_publish = time.monotonic()
+
+    def hosts(self) -> Iterable[str]:
+        """Names of the configured hosts."""
+        return tuple(self._hosts)

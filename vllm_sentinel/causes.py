@@ -104,37 +104,37 @@ class CauseRule:
     note: str
 
 
-C = CrashCause
+_C = CrashCause
 
 CAUSE_RULES: tuple[CauseRule, ...] = (
     CauseRule(
-        C.KV_CACHE_INSUFFICIENT,
+        _C.KV_CACHE_INSUFFICIENT,
         r"No available memory for the cache blocks|larger than the available KV cache memory"
         r"|larger than the maximum number of tokens that can be stored in KV cache"
         r"|Insufficient (?:memory for )?KV cache",
         "vllm/v1/core/kv_cache_utils.py, vllm/worker/worker.py (0.4–0.33)",
     ),
     CauseRule(
-        C.GPU_MEMORY_IN_USE,
+        _C.GPU_MEMORY_IN_USE,
         r"Free memory on device.{0,80} on startup is less than desired GPU memory utilization"
         r"|Error in memory profiling\. Initial free memory",
         "vllm/v1/worker/gpu_worker.py (0.9.1–0.33)",
     ),
     CauseRule(
-        C.CUDA_OOM,
+        _C.CUDA_OOM,
         r"CUDA out of memory|OutOfMemoryError|out of memory occurred when warming up"
         r"|not enough GPU memory|CUBLAS_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation",
         "PyTorch caching allocator; vllm/v1/worker/gpu_model_runner.py",
     ),
-    CauseRule(C.CUDA_ILLEGAL_MEMORY_ACCESS, r"illegal memory access", "CUDA runtime"),
+    CauseRule(_C.CUDA_ILLEGAL_MEMORY_ACCESS, r"illegal memory access", "CUDA runtime"),
     CauseRule(
-        C.NCCL_ERROR,
+        _C.NCCL_ERROR,
         r"NCCL error|DistBackendError|ncclUnhandled|ncclInternalError|ncclSystemError"
         r"|ncclRemoteError|Watchdog caught collective operation timeout|NCCL communicator",
         "vllm/distributed/device_communicators/pynccl_wrapper.py, torch.distributed",
     ),
     CauseRule(
-        C.DRIVER_ERROR,
+        _C.DRIVER_ERROR,
         r"Found no NVIDIA driver|NVIDIA driver on your system is too old"
         r"|CUDA driver version is insufficient|driver/library version mismatch"
         r"|cudaErrorInsufficientDriver|unsupported display driver|forward compatibility was "
@@ -142,19 +142,19 @@ CAUSE_RULES: tuple[CauseRule, ...] = (
         "CUDA runtime, NVML",
     ),
     CauseRule(
-        C.NO_GPU,
+        _C.NO_GPU,
         r"Failed to infer device type|No CUDA GPUs are available|no CUDA-capable device"
         r"|Torch not compiled with CUDA enabled|device_count\(\) (?:== 0|returned 0)",
         "vllm/config.py DeviceConfig, torch.cuda",
     ),
     CauseRule(
-        C.CUDA_ERROR,
+        _C.CUDA_ERROR,
         r"CUDA error|cudaError|CUBLAS_STATUS|CUDNN_STATUS|cuDNN error|device-side assert"
         r"|unspecified launch failure|misaligned address|illegal instruction",
         "CUDA runtime",
     ),
     CauseRule(
-        C.DEPENDENCY_MISMATCH,
+        _C.DEPENDENCY_MISMATCH,
         r"does not match flashinfer version|flashinfer-(?:cubin|jit-cache) version"
         r"|undefined symbol|version mismatch|compiled against (?:a different|an incompatible)"
         r"|compiled using NumPy 1\.x cannot be run|_ARRAY_API not found"
@@ -162,24 +162,24 @@ CAUSE_RULES: tuple[CauseRule, ...] = (
         "flashinfer/jit/env.py; extension modules built for another torch",
     ),
     CauseRule(
-        C.JIT_BUILD_ERROR,
+        _C.JIT_BUILD_ERROR,
         r"CalledProcessError: Command '\['ninja'|ninja: build stopped|Error building extension"
         r"|Ninja is required|JIT compil\w+ failed|Command '\['nvcc'|nvcc fatal",
         "flashinfer / torch.utils.cpp_extension JIT builds",
     ),
     CauseRule(
-        C.COMPILE_ERROR,
+        _C.COMPILE_ERROR,
         r"InductorError|BackendCompilerFailed|torch\._dynamo\.exc|TorchRuntimeError"
         r"|CompilationError|LoweringException|cannot find -lcuda|collect2: error",
         "torch.compile (dynamo, inductor, triton)",
     ),
     CauseRule(
-        C.PORT_IN_USE,
+        _C.PORT_IN_USE,
         r"Errno 98|[Aa]ddress already in use",
         "uvicorn/server.py, vllm/entrypoints/launcher.py",
     ),
     CauseRule(
-        C.MODEL_NOT_FOUND,
+        _C.MODEL_NOT_FOUND,
         r"Invalid repository ID or local directory|RepositoryNotFoundError|GatedRepoError"
         r"|EntryNotFoundError|is not a local folder and is not a valid model identifier"
         r"|does not appear to have a file named|gated repo|HFValidationError"
@@ -187,30 +187,30 @@ CAUSE_RULES: tuple[CauseRule, ...] = (
         "huggingface_hub, vllm/transformers_utils/config.py",
     ),
     CauseRule(
-        C.UNSUPPORTED_MODEL,
+        _C.UNSUPPORTED_MODEL,
         r"Model architectures .{0,200} (?:are not supported|failed to be inspected)"
         r"|Unrecognized model|does not recognize this architecture|not supported by vLLM",
         "vllm/model_executor/models/registry.py",
     ),
     CauseRule(
-        C.IMPORT_ERROR,
+        _C.IMPORT_ERROR,
         r"^(?:\w+\.)*(?:ImportError|ModuleNotFoundError)\b|No module named",
         "Python import system",
     ),
     CauseRule(
-        C.TIMEOUT,
+        _C.TIMEOUT,
         r"^(?:\w+\.)*TimeoutError\b|Timed out waiting|timed out",
         "vllm/v1/engine/core_client.py (VLLM_ENGINE_READY_TIMEOUT_S)",
     ),
     CauseRule(
-        C.CONFIG_ERROR,
+        _C.CONFIG_ERROR,
         r"ValidationError|Bfloat16 is only supported on GPUs|User-specified max_model_len"
         r"|(?:is not|must be) divisible by|unrecognized arguments|invalid choice"
         r"|Unknown quantization method|cannot be used (?:with|together)",
         "vllm/config/*.py, vllm/engine/arg_utils.py",
     ),
     CauseRule(
-        C.WORKER_DIED,
+        _C.WORKER_DIED,
         r"WorkerProc initialization failed|died unexpectedly|ActorDiedError|RayActorError"
         r"|died with exit code",
         "vllm/v1/executor/multiproc_executor.py, vllm/v1/engine/core_client.py",
@@ -256,12 +256,12 @@ DEFAULT_BENIGN_PATTERNS: tuple[str, ...] = (
 
 STDERR_EVIDENCE: tuple[CauseRule, ...] = (
     CauseRule(
-        C.COMPILE_ERROR,
+        _C.COMPILE_ERROR,
         r"^/\S*ld(?:\.\w+)?: cannot find -l\w+|^collect2: error:",
         "linker output of Triton/inductor builds (e.g. cuda_utils needs libcuda.so)",
     ),
     CauseRule(
-        C.JIT_BUILD_ERROR,
+        _C.JIT_BUILD_ERROR,
         r"^ninja: build stopped|^FAILED: \S+\.(?:o|cuda\.o|so)\b"
         r"|^error: command '[^']+' failed",
         "ninja / setuptools JIT extension builds",

@@ -259,9 +259,7 @@ class JournalFollower:
         settings = self._settings
         start = await self._window_start()
         stored = self._cursor
-        use_cursor = stored is not None and (
-            (cursor_realtime(stored) or 0.0) < start
-        )
+        use_cursor = stored is not None and ((cursor_realtime(stored) or 0.0) < start)
         argv = build_journalctl_argv(
             settings.units,
             settings.journalctl_args,
@@ -270,8 +268,10 @@ class JournalFollower:
             lines=settings.backfill_max_records,
         )
         _log.info(
-            "journal_backfill_started", host=self.host,
-            since=datetime.fromtimestamp(start, UTC).isoformat(), from_cursor=use_cursor,
+            "journal_backfill_started",
+            host=self.host,
+            since=datetime.fromtimestamp(start, UTC).isoformat(),
+            from_cursor=use_cursor,
         )
         try:
             count = await self._pump(argv, emit, backfill=True)
@@ -280,15 +280,24 @@ class JournalFollower:
                 _log.warning("journal_cursor_unknown", host=self.host, detail=error.detail)
                 self._cursor = None
                 count = await self._pump(
-                    build_journalctl_argv(settings.units, settings.journalctl_args, since=start,
-                                          lines=settings.backfill_max_records),
-                    emit, backfill=True,
+                    build_journalctl_argv(
+                        settings.units,
+                        settings.journalctl_args,
+                        since=start,
+                        lines=settings.backfill_max_records,
+                    ),
+                    emit,
+                    backfill=True,
                 )
             else:
                 raise
         if count >= settings.backfill_max_records:
-            _log.warning("journal_backfill_truncated", host=self.host, records=count,
-                         detail="the follower continues from the last record read")
+            _log.warning(
+                "journal_backfill_truncated",
+                host=self.host,
+                records=count,
+                detail="the follower continues from the last record read",
+            )
         _log.info("journal_backfill_finished", host=self.host, records=count)
         self._follow_since = start if self._cursor is None else None
 

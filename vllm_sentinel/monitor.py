@@ -37,7 +37,7 @@ from vllm_sentinel.snapshot import (
 from vllm_sentinel.stall import DEFAULT_STALL_THRESHOLDS, GpuGrowth, is_stalled
 from vllm_sentinel.tracker import TrackerSet, UnitTracker
 
-__all__ = ["GpuSample", "HostPlan", "Monitor", "Tick"]
+__all__ = ["GpuDown", "GpuSample", "HostPlan", "Monitor", "Tick"]
 
 _log = structlog.get_logger("vllm_sentinel.monitor")
 
@@ -137,8 +137,12 @@ class Monitor:
 
         def factory(unit: str, host: str | None) -> UnitTracker:
             return UnitTracker(
-                unit, host, matcher=self._matcher, benign=self._benign,
-                max_incarnations=self._max_incarnations, reference_year=year,
+                unit,
+                host,
+                matcher=self._matcher,
+                benign=self._benign,
+                max_incarnations=self._max_incarnations,
+                reference_year=year,
                 settle_seconds=self._settle_seconds,
             )
 
@@ -302,15 +306,22 @@ class Monitor:
                 self._previous[key] = state
                 if current.outcome is Outcome.CRASHED and current.crash is not None:
                     _log.warning(
-                        "unit_crashed", host=host.host, unit=unit.unit,
-                        invocation_id=current.id, phase=current.crash.phase.value,
-                        cause=current.crash.cause.value, exception=current.crash.exception,
+                        "unit_crashed",
+                        host=host.host,
+                        unit=unit.unit,
+                        invocation_id=current.id,
+                        phase=current.crash.phase.value,
+                        cause=current.crash.cause.value,
+                        exception=current.crash.exception,
                         message=current.crash.message[:300],
                     )
                 else:
                     _log.info(
-                        "unit_phase_changed", host=host.host, unit=unit.unit,
-                        invocation_id=current.id, phase=current.phase.value,
+                        "unit_phase_changed",
+                        host=host.host,
+                        unit=unit.unit,
+                        invocation_id=current.id,
+                        phase=current.phase.value,
                         previous_phase=previous[1].value if previous else None,
                         stalled=unit.stalled,
                     )

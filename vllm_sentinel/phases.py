@@ -6,7 +6,9 @@ JSON strings and the words used in the docs.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
+from types import MappingProxyType
 
 __all__ = [
     "PHASE_ORDER",
@@ -51,8 +53,9 @@ STARTUP_PHASES: tuple[Phase, ...] = PHASE_ORDER[: PHASE_ORDER.index(Phase.READY)
 
 TERMINAL_PHASES: frozenset[Phase] = frozenset({Phase.STOPPED, Phase.CRASHED})
 
-_RANK = {phase: index for index, phase in enumerate(PHASE_ORDER)}
-_RANK[Phase.CRASHED] = _RANK[Phase.STOPPED]
+_RANK: Mapping[Phase, int] = MappingProxyType(
+    {phase: min(index, PHASE_ORDER.index(Phase.STOPPED)) for index, phase in enumerate(PHASE_ORDER)}
+)
 
 
 def is_forward(current: Phase, candidate: Phase) -> bool:

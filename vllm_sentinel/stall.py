@@ -12,20 +12,23 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from types import MappingProxyType
 
 from vllm_sentinel.phases import STARTUP_PHASES, Phase
 
 __all__ = ["DEFAULT_STALL_THRESHOLDS", "GpuGrowth", "is_stalled"]
 
-DEFAULT_STALL_THRESHOLDS: Mapping[Phase, float] = {
-    Phase.STARTING: 600.0,
-    Phase.INITIALIZING: 900.0,
-    Phase.LOADING_WEIGHTS: 600.0,
-    Phase.COMPILING: 900.0,
-    Phase.PROFILING_KV_CACHE: 600.0,
-    Phase.CAPTURING_CUDA_GRAPHS: 600.0,
-    Phase.STARTING_API_SERVER: 300.0,
-}
+DEFAULT_STALL_THRESHOLDS: Mapping[Phase, float] = MappingProxyType(
+    {
+        Phase.STARTING: 600.0,
+        Phase.INITIALIZING: 900.0,
+        Phase.LOADING_WEIGHTS: 600.0,
+        Phase.COMPILING: 900.0,
+        Phase.PROFILING_KV_CACHE: 600.0,
+        Phase.CAPTURING_CUDA_GRAPHS: 600.0,
+        Phase.STARTING_API_SERVER: 300.0,
+    }
+)
 """Seconds without progress before a startup phase counts as stalled; sized for 1T-parameter
 models on 8 GPUs (a 600 GB checkpoint from network storage, a 15-minute torch.compile)."""
 

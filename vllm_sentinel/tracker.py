@@ -70,17 +70,13 @@ _MAX_EVIDENCE = 32
 _MAX_PIDS = 64
 _POST_READY_CAUSE_WINDOW = timedelta(minutes=5)
 _STARTUP = frozenset(STARTUP_PHASES)
-_PHASE_RANK = {phase: index for index, phase in enumerate(Phase)}
+_PHASE_RANK: Mapping[Phase, int] = MappingProxyType({p: i for i, p in enumerate(Phase)})
 _TP_SIZE = re.compile(r"tensor_parallel_size[=':\s]+(\d{1,4})")
 _CURSOR_SEQ = re.compile(r"s=([0-9a-f]+);i=([0-9a-f]+)")
 _MANAGER_IDENTS = frozenset({"systemd", "kernel"})
-_LOW_LEVELS = {
-    "DEBUG": "debug",
-    "INFO": "info",
-    "WARNING": "warning",
-    "ERROR": "error",
-    "CRITICAL": "critical",
-}
+_LOW_LEVELS: Mapping[str, str] = MappingProxyType(
+    {level: level.lower() for level in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")}
+)
 _NOT_PROCESS_DEATH = ("Exception ignored in", "Exception in thread")
 _STOP_SIGNALS = frozenset({"TERM", "INT", "KILL", "15", "2", "9"})
 _STOP_STATUSES = frozenset({0, 130, 137, 143})
@@ -188,6 +184,7 @@ class UnitTracker:
         self._serial = 0
         self._seq = 0
         self._last_time: datetime | None = None
+        self._latest_time: datetime | None = None
         self._seen_seq: dict[str, int] = {}
         self._recent_cursors: deque[str] = deque(maxlen=64)
         self._unsettled: list[_Incarnation] = []
@@ -212,6 +209,8 @@ class UnitTracker:
         if time is not None:
             self._last_time = time
             self._year = time.year
+            if self._latest_time is None or time > self._latest_time:
+                self._latest_time = time
         message = record.message
         lines = message.split("\n") if "\n" in message else (message,)
         if record.from_manager or record.syslog_identifier in _MANAGER_IDENTS:
@@ -220,7 +219,7 @@ class UnitTracker:
         else:
             for line in lines:
                 self._feed_line(record, line, time)
-        self._settle_due(self._last_time)
+        self._settle_due(self._latest_time)
         return True
 
     def advance(self, now: datetime) -> None:
@@ -633,9 +632,12 @@ class UnitTracker:
                 self._end(incarnation, Outcome.CRASHED, time)
             elif incarnation.fatal_pending_at is None:
                 incarnation.fatal_pending_at = time
-        elif uncaught and anatomy.role in (None, Role.API_SERVER, Role.MAIN):
-            if incarnation.fatal_pending_at is None:
-                incarnation.fatal_pending_at = time
+        elif (
+            uncaught
+            and anatomy.role in (None, Role.API_SERVER, Role.MAIN)
+            and incarnation.fatal_pending_at is None
+        ):
+            incarnation.fatal_pending_at = time
 
     def _on_uncaught_traceback(
         self, incarnation: _Incarnation, pid: int | None, time: datetime | None
@@ -682,9 +684,10 @@ class UnitTracker:
             )
         incarnation.phase = phase
         incarnation.timeline.append(PhaseEntry(phase, time))
-        if phase in _STARTUP or phase is Phase.READY:
-            if _PHASE_RANK[phase] > _PHASE_RANK[incarnation.furthest]:
-                incarnation.furthest = phase
+        if (phase in _STARTUP or phase is Phase.READY) and (
+            _PHASE_RANK[phase] > _PHASE_RANK[incarnation.furthest]
+        ):
+            incarnation.furthest = phase
         if phase is Phase.READY:
             incarnation.outcome = Outcome.READY
             if incarnation.started_at is not None and time is not None:
@@ -833,7 +836,7 @@ class TrackerSet:
     ) -> None:
         self._patterns = tuple(units)
         self._default_unit = default_unit
-        self._factory = factory or (lambda unit, host: UnitTracker(unit, host))
+        self._factory = factory or UnitTracker
         self._trackers: dict[tuple[str | None, str], UnitTracker] = {}
         self.unrouted_total = 0
 

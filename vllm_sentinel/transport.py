@@ -217,7 +217,8 @@ class SshTransport:
                 connection = await asyncssh.connect(settings.address, **options)
             except asyncssh.HostKeyNotVerifiable as error:
                 raise HostKeyError(
-                    self.host, "host_key_not_verifiable",
+                    self.host,
+                    "host_key_not_verifiable",
                     f"{settings.address}:{settings.port} presented a host key that is not in "
                     f"{settings.known_hosts} (unknown or changed): {error.reason}",
                 ) from error
@@ -241,7 +242,9 @@ class SshTransport:
                 try:
                     chunk = await process.stdout.read(_READ_SIZE)
                 except (OSError, asyncssh.Error) as error:
-                    raise TransportError(self.host, "ssh_connection_lost", _describe(error)) from error
+                    raise TransportError(
+                        self.host, "ssh_connection_lost", _describe(error)
+                    ) from error
                 if not chunk:
                     break
                 yield chunk
@@ -254,7 +257,9 @@ class SshTransport:
                 stderr = await _read_rest(process)
                 raise TransportError(self.host, "command_failed", f"exit {status}: {_tail(stderr)}")
             if status is None:
-                raise TransportError(self.host, "ssh_connection_lost", "channel closed without status")
+                raise TransportError(
+                    self.host, "ssh_connection_lost", "channel closed without status"
+                )
         finally:
             if not completed:
                 process.close()

@@ -39,7 +39,9 @@ class TestCorpus:
 
     def test_labelled_answers(self, log: Path) -> None:
         """Furthest phase, outcome, crash cause and root-cause exception match the labels."""
-        expected: dict[str, Any] = json.loads(log.with_suffix(".expected.json").read_text())["expect"]
+        expected: dict[str, Any] = json.loads(log.with_suffix(".expected.json").read_text())[
+            "expect"
+        ]
         (unit,) = _replay_file(log)
         furthest = max((item.furthest_phase for item in unit.incarnations), key=ORDER.index)
         crash = _last_crash(unit)

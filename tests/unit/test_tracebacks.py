@@ -1,0 +1,98 @@
+"""TracebackAssembler: interleaved processes, chains, orphans, bounded state."""
+
+from __future__ import annotations
+
+from vllm_sentinel.tracebacks import TracebackAssembler
+
+
+def _feed(
+    assembler: TracebackAssembler,
+    key: object,
+    lines: list[str],
+    level: str | None = "ERROR",
+    header: bool = True,
+) -> list:
+    events = []
+    for line in lines:
+        _, event, _ = assembler.feed(key, line, level, header)
+        if event is not None:
+            events.append(event)
+    return events
+
+
+class TestAssembly:
+    """What comes out of tracebacks."""
+
+    def test_interleaved_workers_are_kept_apart(self) -> None:
+        """Two ranks printing at once each yield their own exception with their context."""
+        assembler = TracebackAssembler()
+        a = [
+            "WorkerProc hit an exception.",
+            "Traceback (most recent call last):",
+            '  File "a.py", line 1, in f',
+        ]
+        b = [
+            "WorkerProc failed to start.",
+            "Traceback (most recent call last):",
+            '  File "b.py", line 2, in g',
+        ]
+        events = []
+        for left, right in zip(a, b, strict=True):
+            events += _feed(assembler, 1, [left]) + _feed(assembler, 2, [right])
+        events += _feed(assembler, 2, ["RuntimeError: B"]) + _feed(assembler, 1, ["ValueError: A"])
+        assert [(e.exception, e.message, e.context) for e in events] == [
+            ("RuntimeError", "B", "WorkerProc failed to start."),
+            ("ValueError", "A", "WorkerProc hit an exception."),
+        ]
+
+    def test_chain_yields_every_link_in_order(self) -> None:
+        """The original exception first, then the one it caused, marked chained."""
+        assembler = TracebackAssembler()
+        events = _feed(
+            assembler,
+            7,
+            [
+                "Traceback (most recent call last):",
+                '  File "s.py", line 571, in run',
+                "subprocess.CalledProcessError: Command '['ninja']' returned non-zero exit status 1.",
+                "",
+                "The above exception was the direct cause of the following exception:",
+                "",
+                "Traceback (most recent call last):",
+                '  File "c.py", line 699, in run_engine_core',
+                "RuntimeError: Engine core initialization failed.",
+            ],
+            level=None,
+            header=False,
+        )
+        assert [(e.exception, e.chained, e.logged) for e in events] == [
+            ("subprocess.CalledProcessError", False, False),
+            ("RuntimeError", True, False),
+        ]
+
+    def test_orphan_exception_line(self) -> None:
+        """An excerpt that starts at the exception line still yields it."""
+        events = _feed(
+            TracebackAssembler(),
+            None,
+            ["ValueError: Invalid repository ID or local directory specified: '/models'."],
+            level=None,
+            header=False,
+        )
+        assert [(e.exception, e.in_traceback) for e in events] == [("ValueError", False)]
+
+    def test_frames_are_consumed_not_markers(self) -> None:
+        """Frame lines are claimed by the assembler so callers never match them as markers."""
+        assembler = TracebackAssembler()
+        assembler.feed(3, "Traceback (most recent call last):", "ERROR", True)
+        consumed, event, _ = assembler.feed(3, "    self.worker.load_model()", "ERROR", True)
+        assert consumed and event is None
+
+    def test_never_ending_traceback_keeps_state_small(self) -> None:
+        """A million frame lines and a thousand processes keep at most max_streams states."""
+        assembler = TracebackAssembler(max_streams=16)
+        for pid in range(1000):
+            assembler.feed(pid, "Traceback (most recent call last):", None, False)
+        for _ in range(10_000):
+            assembler.feed(999, '  File "x.py", line 1, in f', None, False)
+        assert len(assembler._streams) <= 16

@@ -1,0 +1,121 @@
+"""vLLM line anatomy: prefixes, headers in both eras, tqdm and ANSI."""
+
+from __future__ import annotations
+
+import pytest
+
+from vllm_sentinel.vllm_line import LineKind, Role, collapse_carriage_returns, parse_line
+
+
+@pytest.mark.parametrize(
+    ("prefix", "role", "rank", "pid"),
+    [
+        ("(VllmWorkerProcess pid=3897243)", Role.WORKER, None, 3897243),
+        ("(RayWorkerWrapper pid=51, ip=10.0.0.7)", Role.WORKER, None, 51),
+        ("(VllmWorker rank=1 pid=2445156)", Role.WORKER, 1, 2445156),
+        ("(VllmWorker TP0 pid=12)", Role.WORKER, 0, 12),
+        ("(EngineCore_0 pid=1179302)", Role.ENGINE_CORE, None, 1179302),
+        ("(EngineCore_DP0 pid=17374)", Role.ENGINE_CORE, None, 17374),
+        ("(APIServer pid=1)", Role.API_SERVER, None, 1),
+        ("(Worker_TP7 pid=221350)", Role.WORKER, 7, 221350),
+        ("(Worker_DP0_TP5_EP5 pid=88)", Role.WORKER, 5, 88),
+        ("(EngineCore pid=23397)", Role.ENGINE_CORE, None, 23397),
+        ("(LLMRayActor pid=20770)", Role.OTHER, None, 20770),
+    ],
+)
+def test_process_prefix(prefix: str, role: Role, rank: int | None, pid: int) -> None:
+    """Every prefix vLLM (and Ray) adds gives role, tensor-parallel rank and PID."""
+    anatomy = parse_line(f"{prefix} INFO 11-20 10:00:09 [pynccl.py:103] vLLM is using nccl==2.27.3")
+    assert (anatomy.role, anatomy.rank, anatomy.pid) == (role, rank, pid)
+    assert anatomy.body == "vLLM is using nccl==2.27.3"
+
+
+class TestHeader:
+    """Both header eras and the other line shapes."""
+
+    def test_old_era_header(self) -> None:
+        """Up to 0.7.3: ``file.py:70]`` without the opening bracket."""
+        anatomy = parse_line("INFO 01-11 15:51:02 llm_engine.py:70] Initializing an LLM engine")
+        assert (anatomy.kind, anatomy.level, anatomy.stamp, anatomy.source) == (
+            LineKind.VLLM,
+            "INFO",
+            "01-11 15:51:02",
+            "llm_engine.py:70",
+        )
+        assert anatomy.body == "Initializing an LLM engine"
+
+    def test_new_era_header(self) -> None:
+        """From 0.8.0: ``[launcher.py:36]``."""
+        anatomy = parse_line("INFO 04-23 14:49:33 [launcher.py:36] Route: /load, Methods: GET")
+        assert anatomy.source == "launcher.py:36" and anatomy.body == "Route: /load, Methods: GET"
+
+    def test_ansi_coloured_worker_prefix(self) -> None:
+        """Up to 0.11 the worker prefix is always cyan: colour is removed first."""
+        anatomy = parse_line(
+            "\x1b[1;36m(VllmWorkerProcess pid=5)\x1b[0;0m ERROR 10-03 18:29:17 x.py:1] boom"
+        )
+        assert (anatomy.pid, anatomy.level, anatomy.body) == (5, "ERROR", "boom")
+
+    def test_uvicorn_line(self) -> None:
+        """uvicorn's ``INFO:     `` formatter."""
+        anatomy = parse_line("(APIServer pid=1) INFO:     Application startup complete.")
+        assert (anatomy.kind, anatomy.level, anatomy.body) == (
+            LineKind.UVICORN,
+            "INFO",
+            "Application startup complete.",
+        )
+
+    def test_json_formatter(self) -> None:
+        """vLLM 0.32+ JSON logging, with exc_info appended to the body."""
+        anatomy = parse_line(
+            '{"asctime": "2026-05-01 10:00:00,123", "levelname": "ERROR", "name": "vllm", '
+            '"processName": "Worker_TP3", "process": 77, "message": "WorkerProc failed to start.",'
+            ' "exc_info": "Traceback (most recent call last):\\nRuntimeError: x"}'
+        )
+        assert (anatomy.kind, anatomy.level, anatomy.role, anatomy.rank, anatomy.pid) == (
+            LineKind.JSON,
+            "ERROR",
+            Role.WORKER,
+            3,
+            77,
+        )
+        assert anatomy.body.splitlines() == [
+            "WorkerProc failed to start.",
+            "Traceback (most recent call last):",
+            "RuntimeError: x",
+        ]
+
+    def test_foreign_lines_pass_through(self) -> None:
+        """NCCL, Ray and Python warnings come back untouched as raw lines."""
+        for line in (
+            "2024-05-25 15:30:00,678 INFO worker.py:1749 -- Started a local Ray instance.",
+            "host1:12:12 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.2<0>",
+            "/usr/lib/python3/x.py:26: UserWarning: pkg_resources is deprecated",
+        ):
+            anatomy = parse_line(line)
+            assert anatomy.kind is LineKind.RAW and anatomy.body == line
+
+
+class TestCarriageReturns:
+    """tqdm refreshes and NewLineFormatter's trailing ``\\r``."""
+
+    def test_last_refresh_wins_and_prefix_is_kept(self) -> None:
+        """A bar refreshed on one physical line keeps the worker prefix of its start."""
+        line = "(Worker_TP0 pid=529) \rLoading x:   0% Completed | 0/5\rLoading x:  20% Completed | 1/5"
+        assert (
+            collapse_carriage_returns(line)
+            == "(Worker_TP0 pid=529) Loading x:  20% Completed | 1/5"
+        )
+
+    def test_trailing_carriage_return_is_dropped(self) -> None:
+        """All but the last physical line of a multi-line message end in ``\\r``."""
+        assert collapse_carriage_returns("INFO 01-01 00:00:00 [a.py:1] logo line\r") == (
+            "INFO 01-01 00:00:00 [a.py:1] logo line"
+        )
+
+    def test_padding_before_carriage_return(self) -> None:
+        """tqdm may pad a shorter refresh with blanks before the next ``\\r``."""
+        assert (
+            collapse_carriage_returns("    \rCapturing CUDA graphs: 100%")
+            == "Capturing CUDA graphs: 100%"
+        )

@@ -1,0 +1,136 @@
+"""``vllm-sentinel demo``: real-shaped incidents played through the real engine (edge).
+
+Three bundled incidents (``vllm_sentinel/demo/*.jsonl``, ``journalctl -o json`` lines built from
+real logs by ``scripts/build-demo-data.py``) play at the same time on host ``demo-gpu-01``,
+accelerated, in a loop:
+
+* ``vllm-kimi-k25.service`` — TP=8 Kimi-K2.5: a flashinfer version mismatch crashes the first
+  start, systemd restarts it, the second start loads for nine minutes and becomes ready;
+* ``vllm-qwen-14b.service`` — the KV cache is too small for max_model_len; the restart works;
+* ``vllm-llama-405b.service`` — shard loading stops printing at 33 %: the stall rule fires.
+
+Each record's time is moved to "now" (scaled by the speed-up), invocation ids are renewed on
+every loop, and the records go through ``JournalJsonDecoder`` into the Monitor's queue exactly
+like a followed journal. A synthetic GPU sample per loaded unit makes the memory panels move.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from importlib import resources
+
+import orjson
+
+from vllm_sentinel.journal import JournalBatch
+from vllm_sentinel.journal_json import JournalJsonDecoder
+from vllm_sentinel.monitor import GpuSample, Monitor
+from vllm_sentinel.phases import Outcome, Phase
+from vllm_sentinel.snapshot import GpuDevice, GpuProcess, GpuReading
+
+__all__ = ["DEMO_HOST", "DemoIncident", "INCIDENTS", "demo_gpu_sample", "play_incident"]
+
+DEMO_HOST = "demo-gpu-01"
+_GIB = 1 << 30
+
+
+@dataclass(frozen=True, slots=True)
+class DemoIncident:
+    """One bundled incident: its file, speed-up, and pause before it plays again."""
+
+    unit: str
+    file: str
+    speed: float
+    pause_seconds: float
+
+
+INCIDENTS: tuple[DemoIncident, ...] = (
+    DemoIncident("vllm-kimi-k25.service", "kimi-k25-flashinfer-restart.jsonl", 12.0, 45.0),
+    DemoIncident("vllm-qwen-14b.service", "qwen-kv-cache-too-small.jsonl", 2.0, 60.0),
+    DemoIncident("vllm-llama-405b.service", "llama-stalled-load.jsonl", 10.0, 30.0),
+)
+
+
+def _load(name: str) -> list[dict[str, object]]:
+    text = resources.files("vllm_sentinel.demo").joinpath(name).read_bytes()
+    return [orjson.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def _renew(invocation: object, loop: int) -> str:
+    return hashlib.md5(f"{invocation}:{loop}".encode(), usedforsecurity=False).hexdigest()
+
+
+async def play_incident(
+    incident: DemoIncident,
+    emit: Callable[[JournalBatch], Awaitable[None]],
+    *,
+    clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    loops: int | None = None,
+) -> None:
+    """Play ``incident`` (forever unless ``loops``), emitting one batch per record."""
+    entries = _load(incident.file)
+    loop = 0
+    while loops is None or loop < loops:
+        loop += 1
+        decoder = JournalJsonDecoder(DEMO_HOST)
+        first = int(str(entries[0]["__REALTIME_TIMESTAMP"]))
+        started = clock()
+        for entry in entries:
+            offset = (int(str(entry["__REALTIME_TIMESTAMP"])) - first) / 1e6 / incident.speed
+            due = started + timedelta(seconds=offset)
+            delay = (due - clock()).total_seconds()
+            if delay > 0:
+                await sleep(delay)
+            rewritten = dict(entry)
+            rewritten["__REALTIME_TIMESTAMP"] = str(int(due.timestamp() * 1e6))
+            for key in ("_SYSTEMD_INVOCATION_ID", "INVOCATION_ID"):
+                if key in rewritten:
+                    rewritten[key] = _renew(rewritten[key], loop)
+            for key in ("UNIT", "_SYSTEMD_UNIT"):
+                if rewritten.get(key) not in (None, "init.scope"):
+                    rewritten[key] = incident.unit
+            rewritten.pop("__CURSOR", None)
+            record = decoder.decode_entry(rewritten)
+            if record is not None:
+                await emit(JournalBatch(DEMO_HOST, (record,), None))
+        await sleep(incident.pause_seconds)
+
+
+def demo_gpu_sample(monitor: Monitor, now: datetime, units: Sequence[str]) -> GpuSample:
+    """A synthetic 8×H200 reading: each loading or ready unit holds memory on its GPUs."""
+    devices = []
+    processes = []
+    held: dict[int, int] = {}
+    for slot, unit in enumerate(units):
+        snapshot = next(
+            (item for host in monitor.latest.hosts for item in host.units if item.unit == unit),
+            None,
+        )
+        current = snapshot.current if snapshot else None
+        if current is None or current.outcome in (Outcome.CRASHED, Outcome.STOPPED):
+            continue
+        ratio = current.progress.weights_loaded_ratio or 0.0
+        if current.phase not in (Phase.STARTING, Phase.INITIALIZING, Phase.LOADING_WEIGHTS):
+            ratio = 1.0
+        per_gpu = int((2 + 108 * ratio) * _GIB)
+        gpus = range(8) if slot != 1 else range(1)
+        pids = list(current.pids) or [1]
+        for index in gpus:
+            pid = pids[min(len(pids) - 1, 1 + index if len(pids) > 1 else 0)]
+            processes.append(GpuProcess(f"GPU-demo-{index}", pid, per_gpu))
+            held[index] = held.get(index, 0) + per_gpu
+    for index in range(8):
+        devices.append(
+            GpuDevice(
+                index,
+                f"GPU-demo-{index}",
+                "NVIDIA H200",
+                held.get(index, 0) + _GIB // 2,
+                141 * _GIB,
+            )
+        )
+    return GpuSample(DEMO_HOST, GpuReading(tuple(devices), tuple(processes), now))

@@ -6,7 +6,9 @@ invalid config (one line on stderr saying which).
 
 from __future__ import annotations
 
+import asyncio
 import sys
+import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -14,10 +16,14 @@ from typing import BinaryIO
 
 import click
 import orjson
+import structlog
 
 from vllm_sentinel import __version__
+from vllm_sentinel.config import check_config, default_config, load_config
+from vllm_sentinel.errors import ConfigError
+from vllm_sentinel.log import configure_logging
 from vllm_sentinel.replay import InputFormat, replay
-from vllm_sentinel.report import render_text, to_json
+from vllm_sentinel.report import render_status, render_text, to_json
 
 __all__ = ["main"]
 
@@ -89,6 +95,101 @@ def replay_command(
         if result.skipped:
             detail = ", ".join(f"{k}={v}" for k, v in sorted(result.skipped.items()))
             click.echo(f"skipped input: {detail}")
+
+
+def _setup_logging(log_format: str, log_level: str) -> None:
+    try:
+        configure_logging(log_format, log_level)  # type: ignore[arg-type]
+    except ConfigError as error:
+        click.echo(f"vllm-sentinel: {error}", err=True)
+        sys.exit(2)
+
+
+@cli.command("run")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
+              help="TOML config (default: watch this host's vllm*.service units).")
+@click.option("--log-format", type=click.Choice(["console", "json"]), default="console",
+              show_default=True)
+@click.option("--log-level", default="info", show_default=True,
+              type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False))
+def run_command(config_path: str | None, log_format: str, log_level: str) -> None:
+    """Run the monitoring daemon: follow journals, poll GPUs, serve /metrics and /status."""
+    _setup_logging(log_format, log_level)
+    try:
+        config = load_config(config_path) if config_path else default_config()
+    except ConfigError as error:
+        click.echo(f"vllm-sentinel: invalid config: {error}", err=True)
+        sys.exit(2)
+    for warning in config.warnings:
+        structlog.get_logger("vllm_sentinel.cli").warning("config_warning", detail=warning)
+    from vllm_sentinel.daemon import Daemon
+
+    try:
+        status = asyncio.run(Daemon(config, config_path).run())
+    except OSError as error:
+        click.echo(f"vllm-sentinel: cannot serve on {config.exporter.listen}: {error}", err=True)
+        sys.exit(1)
+    except ConfigError as error:
+        click.echo(f"vllm-sentinel: {error}", err=True)
+        sys.exit(2)
+    sys.exit(status)
+
+
+@cli.command("check-config")
+@click.argument("path", type=click.Path(dir_okay=False))
+def check_config_command(path: str) -> None:
+    """Validate a config file and summarise it; exit 2 with every error if it is invalid."""
+    try:
+        for line in check_config(path):
+            click.echo(line)
+    except ConfigError as error:
+        click.echo(f"vllm-sentinel: {error}", err=True)
+        sys.exit(2)
+
+
+@cli.command("demo")
+@click.option("--listen", default="127.0.0.1:9842", show_default=True, help="host:port to serve.")
+@click.option("--speed", type=click.FloatRange(min=0.1, max=100.0), default=1.0,
+              show_default=True, help="Extra speed-up on top of each incident's own.")
+@click.option("--duration", type=click.FloatRange(min=1.0), default=None,
+              help="Stop after this many seconds (default: run until Ctrl-C).")
+def demo_command(listen: str, speed: float, duration: float | None) -> None:
+    """Play bundled real-shaped incidents through the engine and serve their metrics."""
+    from vllm_sentinel.config import parse_listen_address
+    from vllm_sentinel.demo import run_demo
+
+    try:
+        host, port = parse_listen_address(listen)
+    except ValueError as error:
+        click.echo(f"vllm-sentinel: --listen: {error}", err=True)
+        sys.exit(2)
+    _setup_logging("console", "warning")
+    try:
+        asyncio.run(run_demo(host, port, speed=speed, duration_seconds=duration,
+                             announce=lambda text: click.echo(text)))
+    except KeyboardInterrupt:
+        pass
+    except OSError as error:
+        click.echo(f"vllm-sentinel: cannot serve on {listen}: {error}", err=True)
+        sys.exit(1)
+
+
+@cli.command("status")
+@click.option("--url", default="http://127.0.0.1:9842", show_default=True,
+              help="Base URL of a running vllm-sentinel.")
+@click.option("--json", "as_json", is_flag=True, help="Print the raw /status document.")
+def status_command(url: str, as_json: bool) -> None:
+    """Show hosts and units of a running daemon (from its /status)."""
+    try:
+        with urllib.request.urlopen(url.rstrip("/") + "/status", timeout=10) as response:  # noqa: S310
+            document = orjson.loads(response.read())
+    except (OSError, ValueError) as error:
+        click.echo(f"vllm-sentinel: cannot read {url}/status: {error}", err=True)
+        sys.exit(2)
+    if as_json:
+        click.echo(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode())
+        return
+    click.echo(render_status(document), nl=False)
 
 
 def main() -> None:

@@ -31,7 +31,14 @@ from vllm_sentinel.monitor import GpuSample, Monitor
 from vllm_sentinel.phases import Outcome, Phase
 from vllm_sentinel.snapshot import GpuDevice, GpuProcess, GpuReading
 
-__all__ = ["DEMO_HOST", "DemoIncident", "INCIDENTS", "demo_gpu_sample", "play_incident"]
+__all__ = [
+    "DEMO_HOST",
+    "INCIDENTS",
+    "DemoIncident",
+    "demo_gpu_sample",
+    "play_incident",
+    "run_demo",
+]
 
 DEMO_HOST = "demo-gpu-01"
 _GIB = 1 << 30
@@ -117,7 +124,7 @@ def demo_gpu_sample(monitor: Monitor, now: datetime, units: Sequence[str]) -> Gp
         if current.phase not in (Phase.STARTING, Phase.INITIALIZING, Phase.LOADING_WEIGHTS):
             ratio = 1.0
         per_gpu = int((2 + 108 * ratio) * _GIB)
-        gpus = range(8) if slot != 1 else range(1)
+        gpus = (range(0, 4), range(4, 5), range(5, 8))[slot % 3]
         pids = list(current.pids) or [1]
         for index in gpus:
             pid = pids[min(len(pids) - 1, 1 + index if len(pids) > 1 else 0)]
@@ -134,3 +141,73 @@ def demo_gpu_sample(monitor: Monitor, now: datetime, units: Sequence[str]) -> Gp
             )
         )
     return GpuSample(DEMO_HOST, GpuReading(tuple(devices), tuple(processes), now))
+
+
+_DEMO_THRESHOLDS = {
+    Phase.STARTING: 60.0,
+    Phase.INITIALIZING: 60.0,
+    Phase.LOADING_WEIGHTS: 20.0,
+    Phase.COMPILING: 60.0,
+    Phase.PROFILING_KV_CACHE: 60.0,
+    Phase.CAPTURING_CUDA_GRAPHS: 60.0,
+    Phase.STARTING_API_SERVER: 60.0,
+}
+
+
+async def run_demo(
+    listen_host: str,
+    listen_port: int,
+    *,
+    speed: float = 1.0,
+    duration_seconds: float | None = None,
+    announce: Callable[[str], None] = print,
+) -> None:
+    """Serve the exporter while the incidents play, until cancelled or ``duration_seconds``."""
+    from vllm_sentinel.exporter import SentinelCollector, make_registry
+    from vllm_sentinel.http import make_app, start_http_server
+    from vllm_sentinel.monitor import HostPlan, Tick
+    from vllm_sentinel.report import status_document
+    from vllm_sentinel.snapshot import CollectorState
+
+    monitor = Monitor(
+        [HostPlan(DEMO_HOST, ("vllm-*.service",), _DEMO_THRESHOLDS, 256 << 20)],
+        settle_seconds=5.0,
+    )
+    up = CollectorState(True, datetime.now(UTC), "", 0)
+    monitor.register_collector(DEMO_HOST, "journal", lambda: up)
+    monitor.register_collector(DEMO_HOST, "gpu", lambda: up)
+    monitor.publish()
+    app = make_app(make_registry(SentinelCollector(lambda: monitor.latest)),
+                   lambda: status_document(monitor.latest))
+    server = start_http_server(listen_host, listen_port, app)
+    url = f"http://{server.host}:{server.port}"
+    announce(f"vllm-sentinel demo: playing {len(INCIDENTS)} real-shaped incidents on {DEMO_HOST}")
+    announce(f"  metrics: curl -s {url}/metrics | grep -E 'unit_phase\\{{.*\\}} 1|crashes_total|stalled'")
+    announce(f"  status:  curl -s {url}/status   (or: vllm-sentinel status --url {url})")
+    announce("  Ctrl-C stops.")
+    queue: asyncio.Queue[object] = asyncio.Queue()
+
+    async def emit(batch: JournalBatch) -> None:
+        await queue.put(batch)
+
+    async def tick() -> None:
+        units = [incident.unit for incident in INCIDENTS]
+        while True:
+            await asyncio.sleep(1.0)
+            now = datetime.now(UTC)
+            await queue.put(Tick(now))
+            await queue.put(demo_gpu_sample(monitor, now, units))
+
+    try:
+        async with asyncio.timeout(duration_seconds):
+            async with asyncio.TaskGroup() as group:
+                group.create_task(monitor.run(queue))  # type: ignore[arg-type]
+                group.create_task(tick())
+                for incident in INCIDENTS:
+                    scaled = DemoIncident(incident.unit, incident.file, incident.speed * speed,
+                                          incident.pause_seconds / speed)
+                    group.create_task(play_incident(scaled, emit))
+    except TimeoutError:
+        pass
+    finally:
+        await asyncio.to_thread(server.shutdown)

@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 
 import structlog
 
+from vllm_sentinel.attribution import attribute_processes
 from vllm_sentinel.causes import DEFAULT_BENIGN_PATTERNS, BenignMatcher
 from vllm_sentinel.cursors import CursorStore
 from vllm_sentinel.journal import JournalBatch
@@ -219,20 +220,10 @@ class Monitor:
             return
         reading = sample.reading
         host.gpus = reading.devices
-        index_of = {device.uuid: device.index for device in reading.devices}
         trackers = list(host.trackers)
-        pid_unit = dict(sample.unit_of_pid)
-        for tracker in trackers:
-            for pid in tracker.current_pids():
-                pid_unit.setdefault(pid, tracker.unit)
-        usage: dict[str, dict[int, int]] = {tracker.unit: {} for tracker in trackers}
-        for process in reading.processes:
-            unit = pid_unit.get(process.pid)
-            index = index_of.get(process.gpu_uuid)
-            if unit is None or index is None or unit not in usage:
-                continue
-            per_gpu = usage[unit]
-            per_gpu[index] = per_gpu.get(index, 0) + process.used_memory_bytes
+        journal_pids = {tracker.unit: tracker.current_pids() for tracker in trackers}
+        attributed = attribute_processes(reading, sample.unit_of_pid, journal_pids)
+        usage = {tracker.unit: attributed.get(tracker.unit, {}) for tracker in trackers}
         host.unit_gpu_bytes = usage
         for unit, per_gpu in usage.items():
             growth = host.growth.get(unit)

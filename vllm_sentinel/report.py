@@ -16,14 +16,28 @@ JSON shape (stable; extra keys may be added, none removed)::
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
 from vllm_sentinel.phases import Outcome, Phase
-from vllm_sentinel.snapshot import CrashInfo, IncarnationSnapshot, UnitSnapshot
+from vllm_sentinel.snapshot import (
+    CollectorState,
+    CrashInfo,
+    IncarnationSnapshot,
+    Snapshot,
+    UnitSnapshot,
+)
 
-__all__ = ["format_duration", "render_text", "to_json", "unit_to_json", "verdict"]
+__all__ = [
+    "format_duration",
+    "render_status",
+    "render_text",
+    "status_document",
+    "to_json",
+    "unit_to_json",
+    "verdict",
+]
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -178,3 +192,74 @@ def render_text(units: Iterable[UnitSnapshot], now: datetime | None = None) -> s
             out.append(f"    verdict: {verdict(item, now)}")
         out.append("")
     return "\n".join(out).rstrip() + "\n" if out else "no vLLM records found\n"
+
+
+def _collector(state: CollectorState) -> dict[str, Any]:
+    return {
+        "up": state.up,
+        "since": _iso(state.since),
+        "reason": state.reason,
+        "reconnects_total": state.reconnects_total,
+    }
+
+
+def status_document(snapshot: Snapshot) -> dict[str, Any]:
+    """The ``/status`` document: ``{"at", "hosts": [...], "units": [...]}``.
+
+    ``units`` has the shape of ``replay --output json`` (each unit with its ``host``); ``hosts``
+    adds each host's collectors, GPUs and skipped-record counts.
+    """
+    return {
+        "at": _iso(snapshot.at),
+        "hosts": [
+            {
+                "host": host.host,
+                "collectors": {name: _collector(state) for name, state in host.collectors.items()},
+                "gpus": [
+                    {
+                        "index": gpu.index,
+                        "uuid": gpu.uuid,
+                        "name": gpu.name,
+                        "memory_used_bytes": gpu.memory_used_bytes,
+                        "memory_total_bytes": gpu.memory_total_bytes,
+                    }
+                    for gpu in host.gpus
+                ],
+                "records_skipped": dict(host.records_skipped),
+                "units": [unit.unit for unit in host.units],
+            }
+            for host in snapshot.hosts
+        ],
+        "units": [
+            {**unit_to_json(unit), "gpu_memory_used_bytes": dict(unit.gpu_memory_used_bytes)}
+            for host in snapshot.hosts
+            for unit in host.units
+        ],
+    }
+
+
+def render_status(document: Mapping[str, Any]) -> str:
+    """A table of a ``/status`` document: collectors per host, then one line per unit."""
+    out = [f"vllm-sentinel at {document.get('at')}"]
+    for host in document.get("hosts", []):
+        collectors = ", ".join(
+            f"{name} {'up' if state.get('up') else 'DOWN (' + str(state.get('reason')) + ')'}"
+            for name, state in host.get("collectors", {}).items()
+        )
+        out.append(f"host {host.get('host')}: {collectors or 'no collectors'}")
+    header = f"{'HOST':<16} {'UNIT':<32} {'PHASE':<22} {'OUTCOME':<8} {'STALLED':<7} LAST CRASH"
+    out.append(header)
+    for unit in document.get("units", []):
+        incarnations = unit.get("incarnations") or [{}]
+        current = incarnations[-1]
+        phases = current.get("phases") or [{}]
+        last = next(
+            (item["crash"] for item in reversed(incarnations) if item.get("crash")), None
+        )
+        crash = f"{last['cause']} ({last['exception'] or last['message'][:40]})" if last else "-"
+        out.append(
+            f"{unit.get('host') or '-':<16} {unit.get('unit'):<32} "
+            f"{phases[-1].get('phase', '?'):<22} {current.get('outcome', '?'):<8} "
+            f"{'yes' if unit.get('stalled') else 'no':<7} {crash}"
+        )
+    return "\n".join(out) + "\n"

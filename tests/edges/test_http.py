@@ -1,0 +1,486 @@
+"""The HTTP endpoint: a real threaded server on 127.0.0.1, plain, with TLS and basic auth."""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import http.client
+import ipaddress
+import json
+import socket
+import ssl
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from email.message import Message
+from pathlib import Path
+from typing import Any
+
+import bcrypt
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from tests.support.snapshots import basic_snapshot
+from vllm_sentinel import http as sentinel_http
+from vllm_sentinel.errors import ConfigError
+from vllm_sentinel.exporter import SentinelCollector, make_registry
+from vllm_sentinel.http import (
+    DEFAULT_LISTEN_HOST,
+    BasicAuthenticator,
+    ServerHandle,
+    WebConfig,
+    build_ssl_context,
+    load_web_config,
+    make_app,
+    start_http_server,
+)
+from vllm_sentinel.report import to_json
+
+PASSWORD = "correct horse battery staple"
+
+
+def status() -> dict[str, Any]:
+    snapshot = basic_snapshot()
+    return to_json(unit for host in snapshot.hosts for unit in host.units)
+
+
+@contextmanager
+def serving(
+    authenticator: BasicAuthenticator | None = None, ssl_context: ssl.SSLContext | None = None
+) -> Iterator[ServerHandle]:
+    registry = make_registry(SentinelCollector(basic_snapshot))
+    app = make_app(registry, status, authenticator=authenticator)
+    handle = start_http_server(DEFAULT_LISTEN_HOST, 0, app, ssl_context=ssl_context)
+    try:
+        yield handle
+    finally:
+        handle.shutdown()
+
+
+@dataclass
+class Reply:
+    status: int
+    headers: Message
+    body: bytes
+
+
+def fetch(
+    url: str,
+    *,
+    context: ssl.SSLContext | None = None,
+    headers: dict[str, str] | None = None,
+    method: str = "GET",
+) -> Reply:
+    """One request without proxies; HTTP errors are returned, not raised."""
+    opener = urllib.request.build_opener(
+        urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=context)
+    )
+    request = urllib.request.Request(url, headers=headers or {}, method=method)
+    try:
+        with opener.open(request, timeout=10) as response:
+            return Reply(response.status, response.headers, response.read())
+    except urllib.error.HTTPError as error:
+        with error:
+            return Reply(error.code, error.headers, error.read())
+
+
+def basic(user: str, password: str) -> dict[str, str]:
+    token = base64.b64encode(f"{user}:{password}".encode()).decode()
+    return {"Authorization": f"Basic {token}"}
+
+
+def bcrypt_hash(password: str) -> str:
+    return bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds=4)).decode()
+
+
+@pytest.fixture
+def tls_files(tmp_path: Path) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 and localhost, and its key."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "vllm-sentinel test")])
+    now = dt.datetime.now(dt.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(hours=1))
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]
+            ),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_file = tmp_path / "server.crt"
+    key_file = tmp_path / "server.key"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_file, key_file
+
+
+def client_context(cert_file: Path) -> ssl.SSLContext:
+    return ssl.create_default_context(cafile=str(cert_file))
+
+
+class TestPlainHttp:
+    def test_metrics_in_text_format(self) -> None:
+        """/metrics serves the table in the Prometheus text format 0.0.4."""
+        with serving() as server:
+            reply = fetch(f"http://127.0.0.1:{server.port}/metrics")
+        assert reply.status == 200
+        assert reply.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        text = reply.body.decode()
+        assert (
+            'vllm_sentinel_unit_phase{host="gpu-a",phase="loading_weights",'
+            'unit="vllm-llama.service"} 1.0' in text
+        )
+
+    def test_metrics_in_openmetrics_when_asked(self) -> None:
+        """An OpenMetrics Accept header gets OpenMetrics, ending in ``# EOF``."""
+        with serving() as server:
+            reply = fetch(
+                f"http://127.0.0.1:{server.port}/metrics",
+                headers={"Accept": "application/openmetrics-text; version=1.0.0"},
+            )
+        assert reply.status == 200
+        assert reply.headers["Content-Type"].startswith("application/openmetrics-text")
+        assert reply.body.endswith(b"# EOF\n")
+
+    def test_status_is_json(self) -> None:
+        """/status serves the status callable's document as JSON."""
+        with serving() as server:
+            reply = fetch(f"http://127.0.0.1:{server.port}/status")
+        assert reply.status == 200
+        assert reply.headers["Content-Type"] == "application/json"
+        assert json.loads(reply.body) == json.loads(json.dumps(status()))
+
+    def test_healthz(self) -> None:
+        """/healthz answers 200 ok."""
+        with serving() as server:
+            reply = fetch(f"http://127.0.0.1:{server.port}/healthz")
+        assert (reply.status, reply.body) == (200, b"ok\n")
+
+    def test_index_links_the_endpoints(self) -> None:
+        """/ is a small page linking metrics, status and healthz."""
+        with serving() as server:
+            reply = fetch(f"http://127.0.0.1:{server.port}/")
+        assert reply.status == 200
+        for link in (b'href="metrics"', b'href="status"', b'href="healthz"'):
+            assert link in reply.body
+
+    def test_unknown_path_is_404_and_wrong_method_405(self) -> None:
+        """Unknown paths are 404; POST to a read-only path is 405."""
+        with serving() as server:
+            missing = fetch(f"http://127.0.0.1:{server.port}/nope")
+            posted = fetch(f"http://127.0.0.1:{server.port}/status", method="POST")
+        assert missing.status == 404
+        assert posted.status == 405
+        assert posted.headers["Allow"] == "GET, HEAD"
+
+    def test_binds_loopback_and_reports_the_real_port(self) -> None:
+        """Port 0 binds a free port on 127.0.0.1 and the handle says which."""
+        with serving() as server:
+            assert server.host == DEFAULT_LISTEN_HOST == "127.0.0.1"
+            assert server.port > 0
+
+    def test_empty_host_is_every_ipv4_interface(self) -> None:
+        """``""`` (config's ``:PORT``) binds all IPv4 interfaces, loopback included."""
+        app = make_app(make_registry(SentinelCollector(basic_snapshot)), status)
+        server = start_http_server("", 0, app)
+        try:
+            assert server.host == "0.0.0.0"
+            assert fetch(f"http://127.0.0.1:{server.port}/healthz").status == 200
+        finally:
+            server.shutdown()
+
+    def test_shutdown_frees_the_port(self) -> None:
+        """After shutdown the server no longer answers."""
+        with serving() as server:
+            port = server.port
+        with pytest.raises(urllib.error.URLError):
+            fetch(f"http://127.0.0.1:{port}/healthz")
+
+    def test_concurrent_connections_are_served(self) -> None:
+        """A client that connects and sends nothing does not block other requests."""
+        with serving() as server:
+            idle = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+            idle.connect()
+            try:
+                reply = fetch(f"http://127.0.0.1:{server.port}/healthz")
+            finally:
+                idle.close()
+        assert reply.status == 200
+
+
+class TestTls:
+    def test_https_with_a_trusted_self_signed_certificate(
+        self, tmp_path: Path, tls_files: tuple[Path, Path]
+    ) -> None:
+        """A web config with tls_server_config serves HTTPS that a verifying client accepts."""
+        cert_file, _ = tls_files
+        config_file = tmp_path / "web.yml"
+        config_file.write_text(
+            "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n"
+        )
+        config = load_web_config(config_file)
+        assert config.tls is not None
+        with serving(ssl_context=build_ssl_context(config.tls)) as server:
+            reply = fetch(
+                f"https://127.0.0.1:{server.port}/metrics", context=client_context(cert_file)
+            )
+        assert reply.status == 200
+        assert b"vllm_sentinel_unit_phase" in reply.body
+
+    def test_plain_http_to_the_tls_port_fails_and_the_server_keeps_serving(
+        self, tls_files: tuple[Path, Path]
+    ) -> None:
+        """A failed handshake drops that connection only."""
+        cert_file, key_file = tls_files
+        tls = sentinel_http.TlsServerConfig(cert_file=cert_file, key_file=key_file)
+        with serving(ssl_context=build_ssl_context(tls)) as server:
+            with pytest.raises((OSError, http.client.HTTPException)):
+                fetch(f"http://127.0.0.1:{server.port}/healthz")
+            reply = fetch(
+                f"https://127.0.0.1:{server.port}/healthz", context=client_context(cert_file)
+            )
+        assert reply.status == 200
+
+    def test_a_stalled_handshake_does_not_block_other_clients(
+        self, tls_files: tuple[Path, Path]
+    ) -> None:
+        """The handshake runs on the connection's thread, not in accept()."""
+        cert_file, key_file = tls_files
+        tls = sentinel_http.TlsServerConfig(cert_file=cert_file, key_file=key_file)
+        with (
+            serving(ssl_context=build_ssl_context(tls)) as server,
+            socket.create_connection(("127.0.0.1", server.port), timeout=10),
+        ):
+            reply = fetch(
+                f"https://127.0.0.1:{server.port}/healthz", context=client_context(cert_file)
+            )
+        assert reply.status == 200
+
+    def test_untrusted_certificate_is_refused_by_the_client(
+        self, tls_files: tuple[Path, Path]
+    ) -> None:
+        """A client that does not trust the certificate cannot connect (the TLS is real)."""
+        cert_file, key_file = tls_files
+        tls = sentinel_http.TlsServerConfig(cert_file=cert_file, key_file=key_file)
+        with (
+            serving(ssl_context=build_ssl_context(tls)) as server,
+            pytest.raises(urllib.error.URLError) as caught,
+        ):
+            fetch(f"https://127.0.0.1:{server.port}/healthz", context=ssl.create_default_context())
+        assert isinstance(caught.value.reason, ssl.SSLCertVerificationError)
+
+    def test_missing_certificate_is_a_config_error(self, tmp_path: Path) -> None:
+        """A TLS section naming missing files fails at startup, not at the first scrape."""
+        tls = sentinel_http.TlsServerConfig(
+            cert_file=tmp_path / "nope.crt", key_file=tmp_path / "nope.key"
+        )
+        with pytest.raises(ConfigError, match=r"nope\.crt"):
+            build_ssl_context(tls)
+
+
+class TestBasicAuth:
+    @pytest.fixture
+    def authenticator(self, tmp_path: Path) -> BasicAuthenticator:
+        config_file = tmp_path / "web.yml"
+        config_file.write_text(f"basic_auth_users:\n  prometheus: '{bcrypt_hash(PASSWORD)}'\n")
+        config = load_web_config(config_file)
+        return BasicAuthenticator(config.basic_auth_users)
+
+    def test_right_password_is_200(self, authenticator: BasicAuthenticator) -> None:
+        """The configured user with the right password gets the metrics."""
+        with serving(authenticator) as server:
+            reply = fetch(
+                f"http://127.0.0.1:{server.port}/metrics", headers=basic("prometheus", PASSWORD)
+            )
+        assert reply.status == 200
+
+    def test_wrong_or_missing_password_is_401_with_a_challenge(
+        self, authenticator: BasicAuthenticator
+    ) -> None:
+        """Wrong password, unknown user and no header all get 401 and WWW-Authenticate."""
+        with serving(authenticator) as server:
+            url = f"http://127.0.0.1:{server.port}/metrics"
+            replies = [
+                fetch(url, headers=basic("prometheus", "wrong")),
+                fetch(url, headers=basic("nobody", PASSWORD)),
+                fetch(url),
+                fetch(url, headers={"Authorization": "Bearer abc"}),
+                fetch(url, headers={"Authorization": "Basic !!!notbase64"}),
+            ]
+        for reply in replies:
+            assert reply.status == 401
+            assert reply.headers["WWW-Authenticate"].startswith('Basic realm="vllm-sentinel"')
+            assert b"vllm_sentinel" not in reply.body
+
+    def test_status_is_protected_and_healthz_is_not(
+        self, authenticator: BasicAuthenticator
+    ) -> None:
+        """/status and / need credentials; /healthz answers anyone."""
+        with serving(authenticator) as server:
+            base = f"http://127.0.0.1:{server.port}"
+            assert fetch(f"{base}/status").status == 401
+            assert fetch(f"{base}/").status == 401
+            assert fetch(f"{base}/healthz").status == 200
+
+    def test_basic_auth_over_tls(self, tmp_path: Path, tls_files: tuple[Path, Path]) -> None:
+        """One web config with both sections: HTTPS and basic auth together."""
+        cert_file, _ = tls_files
+        config_file = tmp_path / "web.yml"
+        config_file.write_text(
+            "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n"
+            f"basic_auth_users:\n  prometheus: '{bcrypt_hash(PASSWORD)}'\n"
+        )
+        config = load_web_config(config_file)
+        assert config.tls is not None
+        context = client_context(cert_file)
+        with serving(
+            BasicAuthenticator(config.basic_auth_users), build_ssl_context(config.tls)
+        ) as server:
+            url = f"https://127.0.0.1:{server.port}/metrics"
+            good = fetch(url, context=context, headers=basic("prometheus", PASSWORD))
+            bad = fetch(url, context=context, headers=basic("prometheus", "nope"))
+        assert (good.status, bad.status) == (200, 401)
+
+
+class TestBasicAuthenticator:
+    def counting(self, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+        calls: list[int] = []
+        real = bcrypt.checkpw
+
+        def checkpw(password: bytes, hashed: bytes) -> bool:
+            calls.append(1)
+            return real(password, hashed)
+
+        monkeypatch.setattr(bcrypt, "checkpw", checkpw)
+        return calls
+
+    def test_success_is_cached_until_it_expires(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A repeated right password skips bcrypt within the cache time, not after."""
+        now = [100.0]
+        auth = BasicAuthenticator(
+            {"u": bcrypt_hash(PASSWORD)}, cache_seconds=60.0, clock=lambda: now[0]
+        )
+        calls = self.counting(monkeypatch)
+        header = basic("u", PASSWORD)["Authorization"]
+        assert auth.is_authorized(header)
+        assert auth.is_authorized(header)
+        assert len(calls) == 1
+        now[0] += 61.0
+        assert auth.is_authorized(header)
+        assert len(calls) == 2
+
+    def test_cache_never_accepts_another_password(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """After a success, a wrong password for the same user still goes to bcrypt and fails."""
+        auth = BasicAuthenticator({"u": bcrypt_hash(PASSWORD)}, clock=lambda: 0.0)
+        calls = self.counting(monkeypatch)
+        assert auth.is_authorized(basic("u", PASSWORD)["Authorization"])
+        assert not auth.is_authorized(basic("u", PASSWORD + "x")["Authorization"])
+        assert len(calls) == 2
+
+    def test_unknown_user_costs_a_bcrypt_check(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """An unknown name is checked against a dummy hash, so timing does not reveal users."""
+        auth = BasicAuthenticator({"u": bcrypt_hash(PASSWORD)})
+        calls = self.counting(monkeypatch)
+        assert not auth.is_authorized(basic("ghost", PASSWORD)["Authorization"])
+        assert len(calls) == 1
+
+    def test_password_longer_than_bcrypt_allows_is_refused(self) -> None:
+        """A password over 72 bytes is a failed check, not a server error."""
+        auth = BasicAuthenticator({"u": bcrypt_hash(PASSWORD)})
+        assert not auth.is_authorized(basic("u", "p" * 200)["Authorization"])
+
+    def test_password_may_contain_colons(self) -> None:
+        """Only the first colon separates the user from the password."""
+        auth = BasicAuthenticator({"u": bcrypt_hash("a:b:c")})
+        assert auth.is_authorized(basic("u", "a:b:c")["Authorization"])
+
+
+class TestLoadWebConfig:
+    def test_empty_file_means_plain_http_without_auth(self, tmp_path: Path) -> None:
+        """An empty web config is valid and changes nothing."""
+        path = tmp_path / "web.yml"
+        path.write_text("")
+        assert load_web_config(path) == WebConfig()
+
+    def test_relative_paths_are_relative_to_the_config_file(self, tmp_path: Path) -> None:
+        """cert_file and key_file resolve against the web config's directory."""
+        path = tmp_path / "web.yml"
+        path.write_text(
+            "tls_server_config:\n  cert_file: a.crt\n  key_file: /abs/b.key\n  min_version: TLS13\n"
+        )
+        tls = load_web_config(path).tls
+        assert tls is not None
+        assert tls.cert_file == tmp_path / "a.crt"
+        assert tls.key_file == Path("/abs/b.key")
+        assert tls.min_version is ssl.TLSVersion.TLSv1_3
+
+    def test_htpasswd_2y_hashes_are_accepted(self, tmp_path: Path) -> None:
+        """Hashes made by ``htpasswd -B`` (``$2y$``) verify."""
+        hashed = bcrypt_hash(PASSWORD).replace("$2b$", "$2y$", 1)
+        path = tmp_path / "web.yml"
+        path.write_text(f"basic_auth_users:\n  p: '{hashed}'\n")
+        auth = BasicAuthenticator(load_web_config(path).basic_auth_users)
+        assert auth.is_authorized(basic("p", PASSWORD)["Authorization"])
+
+    @pytest.mark.parametrize(
+        ("text", "match"),
+        [
+            ("tls_server_config:\n  cert_file: a\n", "key_file"),
+            ("tls_server_config:\n  cert_file: a\n  key_file: b\n  client_ca_file: c\n", "client"),
+            ("tls_server_config:\n  cert_file: a\n  key_file: b\n  cipher_suites: [x]\n", "cipher"),
+            ("tls_server_config:\n  cert_file: a\n  key_file: b\n  min_version: TLS11\n", "TLS12"),
+            ("http_server_config:\n  http2: false\n", "http_server_config"),
+            ("surprise: 1\n", "surprise"),
+            ("- a list\n", "mapping"),
+            ("basic_auth_users: [a]\n", "basic_auth_users"),
+            ("tls_server_config: [\n", "YAML"),
+        ],
+    )
+    def test_bad_or_unsupported_keys_are_rejected(
+        self, tmp_path: Path, text: str, match: str
+    ) -> None:
+        """Anything the server would not honour is a ConfigError naming the file and key."""
+        path = tmp_path / "web.yml"
+        path.write_text(text)
+        with pytest.raises(ConfigError, match=match) as caught:
+            load_web_config(path)
+        assert str(path) in str(caught.value)
+
+    def test_plain_password_is_rejected_without_being_echoed(self, tmp_path: Path) -> None:
+        """A password pasted instead of its hash is refused, and not repeated in the error."""
+        path = tmp_path / "web.yml"
+        path.write_text("basic_auth_users:\n  prometheus: hunter2-plain\n")
+        with pytest.raises(ConfigError, match="not a bcrypt hash") as caught:
+            load_web_config(path)
+        assert "hunter2" not in str(caught.value)
+
+    def test_missing_file_is_a_config_error(self, tmp_path: Path) -> None:
+        """A web config path that does not exist is a ConfigError."""
+        with pytest.raises(ConfigError, match="cannot read"):
+            load_web_config(tmp_path / "absent.yml")
+
+    def test_hashes_are_not_in_the_repr(self, tmp_path: Path) -> None:
+        """WebConfig's repr (which may reach logs) leaves the hashes out."""
+        hashed = bcrypt_hash(PASSWORD)
+        config = WebConfig(basic_auth_users={"u": hashed})
+        assert hashed not in repr(config)

@@ -1,0 +1,27 @@
+"""The README's metric table is the one rendered from the metric table in code."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from vllm_sentinel.metrics import metrics_markdown_table
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def test_readme_metric_table_matches_code() -> None:
+    """Docs = code: regenerate the README section when a metric changes."""
+    text = README.read_text()
+    start = text.index("<!-- metrics-table")
+    start = text.index("\n", start) + 1
+    end = text.index("<!-- /metrics-table -->")
+    assert text[start:end].strip() == metrics_markdown_table().strip()
+
+
+def test_quick_start_has_exactly_two_commands() -> None:
+    """The Quick start is two commands: run the demo, run the tests."""
+    text = README.read_text()
+    section = text[text.index("## Quick start") : text.index("## Replaying a log")]
+    commands = [line for line in section.splitlines() if line and not line.startswith(("```", " "))
+                and (line.startswith(("pip ", "./", "vllm-sentinel")))]
+    assert commands == ["pip install . && vllm-sentinel demo", "./scripts/test"]

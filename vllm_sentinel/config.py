@@ -1,0 +1,790 @@
+"""The configuration file: TOML → a frozen, validated ``Config`` (setup: no asyncio, no network).
+
+This module reads one file (``load_config``) or a string (``parse_config``) and checks every key;
+it starts no tasks and opens no connections. Everything else gets the frozen ``Config``.
+
+Errors are collected, not stopped at: one ``ConfigError`` names every invalid key with its
+dotted path, one per line::
+
+    config.toml: 2 invalid keys
+      hosts[1].units[0]: 'vllm; touch /tmp/pwned' is not a valid systemd unit name or glob: ...
+      exporter.listen: expected host:port, e.g. 127.0.0.1:9842 or [::1]:9842
+
+Rules worth knowing (``config.example.toml`` documents every key):
+
+* **Units** follow systemd's unit-name grammar (systemd.unit(5)): letters, digits and
+  ``: - _ . \\``, one ``@`` for template instances, at most 255 characters, and a unit-type
+  suffix such as ``.service``. A name without a suffix is rejected (write ``vllm.service``),
+  never completed silently. Globs may use ``* ? [ ]`` and must end with a suffix or ``*``.
+  Nothing else is accepted (spaces, ``;``, ``$``, quotes, backticks, newlines), so a unit name
+  can never become shell syntax on a remote host.
+* **journalctl_args** come from an allow-list of options that only choose which journal to read.
+* A host is ``local = true`` or has an ``address``, never both. SSH keys apply to remote hosts
+  only. A remote host needs ``known_hosts`` unless ``insecure_accept_any_host_key = true``,
+  which is accepted with a loud entry in ``Config.warnings``.
+* Hosts inherit ``gpu_poll_interval_seconds`` and each phase's ``stall_threshold_seconds`` from
+  ``[defaults]`` unless they set their own; ``HostConfig`` holds the resolved values.
+* ``gpu`` defaults to ``nvml`` for a local host and ``nvidia-smi`` for a remote one; NVML can
+  only read this machine's GPUs, so ``gpu = "nvml"`` on a remote host is an error.
+* No ``[[hosts]]`` at all means one local host watching ``vllm*.service`` (``default_config``).
+"""
+
+from __future__ import annotations
+
+import difflib
+import ipaddress
+import os
+import re
+import socket
+import tomllib
+import types
+from collections.abc import Mapping, Sequence
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any, Union, get_args, get_origin
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import ErrorDetails
+
+from vllm_sentinel.causes import DEFAULT_BENIGN_PATTERNS, BenignMatcher
+from vllm_sentinel.errors import ConfigError
+from vllm_sentinel.phases import STARTUP_PHASES, Phase
+from vllm_sentinel.transport import SshSettings
+
+__all__ = [
+    "DEFAULT_UNITS",
+    "JOURNALCTL_FLAGS",
+    "JOURNALCTL_VALUE_OPTIONS",
+    "UNIT_SUFFIXES",
+    "Config",
+    "DefaultsConfig",
+    "ExporterConfig",
+    "GpuBackend",
+    "HostConfig",
+    "StallThresholds",
+    "check_config",
+    "default_config",
+    "load_config",
+    "parse_config",
+    "parse_listen_address",
+    "validate_unit_pattern",
+]
+
+UNIT_SUFFIXES: frozenset[str] = frozenset(
+    {
+        "service",
+        "socket",
+        "device",
+        "mount",
+        "automount",
+        "swap",
+        "target",
+        "path",
+        "timer",
+        "slice",
+        "scope",
+    }
+)
+"""Unit types systemd knows (systemd.unit(5)); a unit name ends in one of them."""
+
+DEFAULT_UNITS: tuple[str, ...] = ("vllm*.service",)
+"""Units a host watches when its table has no ``units`` key."""
+
+JOURNALCTL_VALUE_OPTIONS: frozenset[str] = frozenset(
+    {"--directory", "--file", "--root", "--machine", "--namespace"}
+)
+"""journalctl options allowed in ``journalctl_args``, written ``--option=value``."""
+
+JOURNALCTL_FLAGS: frozenset[str] = frozenset({"--merge", "-m", "--user", "--system"})
+"""journalctl flags allowed in ``journalctl_args`` as they are."""
+
+_UNIT_MAX = 255
+_UNIT_CHARS = re.compile(r"[A-Za-z0-9:_.\\@-]")
+_GLOB_CHARS = frozenset("*?[]")
+_UNIT_NAME = re.compile(r"(?P<prefix>[A-Za-z0-9:_.\\-]+)(?:@(?P<instance>[A-Za-z0-9:_.\\-]*))?")
+_HOST_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
+_ADDRESS = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.:%_-]{0,252})")
+_USER = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_.@-]{0,63}")
+_DNS_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252})")
+_ARG_FORBIDDEN = frozenset(";&|<>()$`'\"\\!{}~#")
+_SEEN_HOST_NAMES = "seen_host_names"
+_REMOTE_ONLY_KEYS = (
+    "port",
+    "user",
+    "client_keys",
+    "insecure_accept_any_host_key",
+    "known_hosts",
+    "connect_timeout_seconds",
+    "keepalive_interval_seconds",
+    "keepalive_count_max",
+    "passphrase",
+)
+_INHERITED_KEYS = ("gpu_poll_interval_seconds",)  # besides stall_threshold_seconds, merged
+_DEFAULT_GPU_POLL_INTERVAL_SECONDS = 2.0
+
+# Scalars are strict (TOML "600" is not a number, 1 is not true); arrays and enums come from TOML
+# as lists and strings, so those fields relax strictness for themselves only.
+_MODEL_CONFIG = ConfigDict(
+    extra="forbid", frozen=True, strict=True, allow_inf_nan=False, validate_default=False
+)
+
+
+class GpuBackend(StrEnum):
+    """How a host's GPU memory is read."""
+
+    NVML = "nvml"  # the NVML library, in this process: local hosts only
+    NVIDIA_SMI = "nvidia-smi"  # nvidia-smi over the host's transport
+    NONE = "none"  # no GPU readings
+
+
+# --- field checks ------------------------------------------------------------------------------
+
+
+def _describe_char(char: str) -> str:
+    if char == "\n":
+        return "a newline"
+    if char.isspace():
+        return "whitespace"
+    if not char.isprintable():
+        return f"the control character {char!r}"
+    return repr(char)
+
+
+def _has_balanced_brackets(value: str) -> bool:
+    is_open = False
+    for char in value:
+        if char == "[":
+            if is_open:
+                return False
+            is_open = True
+        elif char == "]":
+            if not is_open:
+                return False
+            is_open = False
+    return not is_open
+
+
+def validate_unit_pattern(value: str) -> str:
+    """Return ``value`` if it is a systemd unit name or glob; ``ValueError`` says why not."""
+    head = f"{value!r} is not a valid systemd unit name or glob"
+    if not value:
+        raise ValueError(f"{head}: it is empty")
+    if len(value) > _UNIT_MAX:
+        raise ValueError(f"{head}: longer than {_UNIT_MAX} characters")
+    for char in value:
+        if char not in _GLOB_CHARS and not _UNIT_CHARS.fullmatch(char):
+            raise ValueError(
+                f"{head}: {_describe_char(char)} is not allowed (use letters, digits and "
+                "':-_.\\@', with '*?[]' for globs)"
+            )
+    if value.startswith("-"):
+        raise ValueError(f"{head}: it must not start with '-'")
+    if value.count("@") > 1:
+        raise ValueError(f"{head}: at most one '@' is allowed")
+    if not _has_balanced_brackets(value):
+        raise ValueError(f"{head}: '[' and ']' must pair up, without nesting")
+    is_glob = any(char in _GLOB_CHARS for char in value)
+    stem, dot, suffix = value.rpartition(".")
+    if is_glob:
+        if value.endswith("*") or (dot and suffix in UNIT_SUFFIXES):
+            return value
+        raise ValueError(f"{head}: a glob must end with a unit type such as '.service', or '*'")
+    if not dot or suffix not in UNIT_SUFFIXES:
+        raise ValueError(
+            f"{head}: it needs a unit type suffix such as '.service' (write {value + '.service'!r})"
+        )
+    if not _UNIT_NAME.fullmatch(stem):
+        raise ValueError(f"{head}: the name before '@' or the suffix is empty")
+    return value
+
+
+def _check_journalctl_arg(value: str) -> str:
+    for char in value:
+        if not char.isprintable() or char.isspace():
+            raise ValueError(f"{value!r}: {_describe_char(char)} is not allowed")
+    if value in JOURNALCTL_FLAGS:
+        return value
+    option, equals, argument = value.partition("=")
+    if option in JOURNALCTL_VALUE_OPTIONS and equals:
+        if not argument:
+            raise ValueError(f"{value!r}: the option needs a value after '='")
+        bad = sorted({char for char in argument if char in _ARG_FORBIDDEN})
+        if bad:
+            raise ValueError(
+                f"{value!r}: {', '.join(repr(char) for char in bad)} not allowed in the value"
+            )
+        return value
+    allowed = sorted(f"{option}=" for option in JOURNALCTL_VALUE_OPTIONS) + sorted(JOURNALCTL_FLAGS)
+    raise ValueError(
+        f"{value!r} is not an allowed journalctl option (allowed: {', '.join(allowed)})"
+    )
+
+
+def _check_benign_pattern(value: str) -> str:
+    if not value:
+        raise ValueError("an empty pattern would match every line")
+    try:
+        re.compile(value)
+        re.compile(f"(?:{value})")  # how BenignMatcher joins the patterns
+    except re.error as error:
+        raise ValueError(f"{value!r} does not compile as a Python regex: {error}") from None
+    return value
+
+
+def parse_listen_address(value: str) -> tuple[str, int]:
+    """Split ``host:port`` (``[::1]:9842`` for IPv6; ``:9842`` for every IPv4 interface).
+
+    Raises:
+        ValueError: the text is not a valid listen address.
+    """
+    usage = "expected host:port, e.g. 127.0.0.1:9842 or [::1]:9842"
+    host, colon, port_text = value.rpartition(":")
+    if not colon:
+        raise ValueError(f"{value!r}: {usage}")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise ValueError(f"{value!r}: {host!r} is not an IPv6 address") from None
+    elif ":" in host:
+        raise ValueError(f"{value!r}: write an IPv6 address in brackets, e.g. [::1]:9842")
+    elif host and not _DNS_NAME.fullmatch(host):
+        raise ValueError(f"{value!r}: {host!r} is not a host name or IPv4 address")
+    if not port_text.isascii() or not port_text.isdigit():
+        raise ValueError(f"{value!r}: {usage}")
+    port = int(port_text)
+    if not 1 <= port <= 65535:
+        raise ValueError(f"{value!r}: port {port} is not in 1-65535")
+    return host, port
+
+
+def _check_listen(value: str) -> str:
+    parse_listen_address(value)
+    return value
+
+
+UnitPattern = Annotated[str, AfterValidator(validate_unit_pattern)]
+JournalctlArg = Annotated[str, AfterValidator(_check_journalctl_arg)]
+BenignPattern = Annotated[str, AfterValidator(_check_benign_pattern)]
+
+
+# --- models ------------------------------------------------------------------------------------
+
+
+class ExporterConfig(BaseModel):
+    """Where and how the HTTP endpoints (/metrics, /status, /healthz) are served."""
+
+    model_config = _MODEL_CONFIG
+
+    listen: Annotated[str, AfterValidator(_check_listen)] = "127.0.0.1:9842"
+    tls_cert_file: str = ""
+    tls_key_file: str = Field(default="", validate_default=True)
+    web_config_file: str = ""
+
+    @field_validator("tls_key_file", mode="after")
+    @classmethod
+    def _check_tls_pair(cls, value: str, info: ValidationInfo) -> str:
+        cert = info.data.get("tls_cert_file")
+        if cert is not None and bool(cert) != bool(value):
+            raise ValueError("set tls_cert_file and tls_key_file together, or neither")
+        return value
+
+    @field_validator("web_config_file", mode="after")
+    @classmethod
+    def _check_one_tls_source(cls, value: str, info: ValidationInfo) -> str:
+        if value and (info.data.get("tls_cert_file") or info.data.get("tls_key_file")):
+            raise ValueError(
+                "set either web_config_file (TLS in its tls_server_config) or "
+                "tls_cert_file/tls_key_file, not both"
+            )
+        return value
+
+    @property
+    def listen_host(self) -> str:
+        """The host part of ``listen`` (brackets removed; empty means every IPv4 interface)."""
+        return parse_listen_address(self.listen)[0]
+
+    @property
+    def listen_port(self) -> int:
+        """The port part of ``listen``."""
+        return parse_listen_address(self.listen)[1]
+
+    @property
+    def has_tls(self) -> bool:
+        """True when TLS files are configured here (``web_config_file`` may add TLS too)."""
+        return bool(self.tls_cert_file)
+
+
+class StallThresholds(BaseModel):
+    """Seconds a startup phase may last without progress before the unit counts as stalled.
+
+    One field per startup phase (``phases.STARTUP_PHASES``); defaults are sized for 1T-parameter
+    models on 8 GPUs.
+    """
+
+    model_config = _MODEL_CONFIG
+
+    starting: float = Field(default=600.0, gt=0)
+    initializing: float = Field(default=900.0, gt=0)
+    loading_weights: float = Field(default=600.0, gt=0)
+    compiling: float = Field(default=900.0, gt=0)
+    profiling_kv_cache: float = Field(default=600.0, gt=0)
+    capturing_cuda_graphs: float = Field(default=600.0, gt=0)
+    starting_api_server: float = Field(default=300.0, gt=0)
+
+    def by_phase(self) -> Mapping[Phase, float]:
+        """Return the thresholds keyed by phase."""
+        return types.MappingProxyType(
+            {phase: float(getattr(self, phase.value)) for phase in STARTUP_PHASES}
+        )
+
+
+class DefaultsConfig(BaseModel):
+    """Settings for every host; hosts may override the GPU poll interval and stall thresholds."""
+
+    model_config = _MODEL_CONFIG
+
+    gpu_poll_interval_seconds: float = Field(
+        default=_DEFAULT_GPU_POLL_INTERVAL_SECONDS, ge=0.1, le=3600
+    )
+    stall_min_growth_bytes: int = Field(default=256 * 1024 * 1024, ge=0)
+    backfill_max_records: int = Field(default=200_000, ge=1)
+    backfill_max_invocations: int = Field(default=3, ge=1)
+    backfill_max_age_seconds: float = Field(default=86_400.0, gt=0)
+    benign_patterns: tuple[BenignPattern, ...] = Field(
+        default=DEFAULT_BENIGN_PATTERNS, strict=False
+    )
+    state_directory: str = Field(default="/var/lib/vllm-sentinel", min_length=1)
+    cursor_flush_interval_seconds: float = Field(default=1.0, gt=0, le=3600)
+    stall_threshold_seconds: StallThresholds = StallThresholds()
+
+    @field_validator("benign_patterns", mode="after")
+    @classmethod
+    def _check_patterns_together(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        try:
+            BenignMatcher(value)
+        except re.error as error:
+            raise ValueError(f"the patterns do not compile together: {error}") from None
+        return value
+
+
+class HostConfig(BaseModel):
+    """One host to watch: how to reach it, which units, how to read its GPUs.
+
+    ``gpu_poll_interval_seconds`` and ``stall_threshold_seconds`` hold the values in effect,
+    inherited from ``[defaults]`` where the host table does not set them.
+    """
+
+    model_config = _MODEL_CONFIG
+
+    name: str
+    local: bool = False
+    address: str | None = Field(default=None, validate_default=True)
+    port: int = Field(default=22, ge=1, le=65535)
+    user: str | None = None
+    client_keys: tuple[str, ...] = Field(default=(), strict=False)
+    insecure_accept_any_host_key: bool = False
+    known_hosts: str = "~/.ssh/known_hosts"
+    connect_timeout_seconds: float = Field(default=10.0, gt=0, le=600)
+    keepalive_interval_seconds: float = Field(default=15.0, ge=0, le=3600)
+    keepalive_count_max: int = Field(default=3, ge=1, le=100)
+    passphrase: SecretStr | None = Field(default=None, strict=False)
+    units: tuple[UnitPattern, ...] = Field(default=DEFAULT_UNITS, strict=False)
+    journalctl_args: tuple[JournalctlArg, ...] = Field(default=(), strict=False)
+    gpu: GpuBackend = Field(default=GpuBackend.NVML, strict=False)
+    gpu_poll_interval_seconds: float = Field(
+        default=_DEFAULT_GPU_POLL_INTERVAL_SECONDS, ge=0.1, le=3600
+    )
+    stall_threshold_seconds: StallThresholds = StallThresholds()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_gpu(cls, data: Any) -> Any:
+        if isinstance(data, Mapping) and "gpu" not in data:
+            remote = data.get("local") is not True
+            return {**data, "gpu": GpuBackend.NVIDIA_SMI if remote else GpuBackend.NVML}
+        return data
+
+    @field_validator("name", mode="after")
+    @classmethod
+    def _check_name(cls, value: str, info: ValidationInfo) -> str:
+        if not _HOST_NAME.fullmatch(value):
+            raise ValueError(
+                f"{value!r} is not a valid host name: 1-64 of the characters A-Z a-z 0-9 _ . : -"
+            )
+        seen = info.context.get(_SEEN_HOST_NAMES) if isinstance(info.context, dict) else None
+        if isinstance(seen, set):
+            if value in seen:
+                raise ValueError(f"host name {value!r} is used by an earlier host")
+            seen.add(value)
+        return value
+
+    @field_validator("address", mode="after")
+    @classmethod
+    def _check_address(cls, value: str | None, info: ValidationInfo) -> str | None:
+        local = info.data.get("local")
+        if value is None:
+            if local is False:
+                raise ValueError("a host needs local = true or an address to reach it over SSH")
+            return value
+        if local:
+            raise ValueError("set either local = true or address, not both")
+        if not _ADDRESS.fullmatch(value):
+            raise ValueError(f"{value!r} is not a valid host name or IP address")
+        return value
+
+    @field_validator(*_REMOTE_ONLY_KEYS, mode="after")
+    @classmethod
+    def _check_remote_only(cls, value: Any, info: ValidationInfo) -> Any:
+        if info.data.get("local") is True:
+            raise ValueError("applies to remote hosts only (this host is local = true)")
+        return value
+
+    @field_validator("user", mode="after")
+    @classmethod
+    def _check_user(cls, value: str | None) -> str | None:
+        if value is not None and not _USER.fullmatch(value):
+            raise ValueError(f"{value!r} is not a valid user name")
+        return value
+
+    @field_validator("known_hosts", mode="after")
+    @classmethod
+    def _check_known_hosts(cls, value: str, info: ValidationInfo) -> str:
+        if not value and info.data.get("insecure_accept_any_host_key") is False:
+            raise ValueError(
+                "a remote host needs a known_hosts file (or insecure_accept_any_host_key = true)"
+            )
+        return value
+
+    @field_validator("units", mode="after")
+    @classmethod
+    def _check_units_present(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if not value:
+            raise ValueError("list at least one unit name or glob")
+        return value
+
+    @field_validator("gpu", mode="after")
+    @classmethod
+    def _check_gpu(cls, value: GpuBackend, info: ValidationInfo) -> GpuBackend:
+        if value is GpuBackend.NVML and info.data.get("address"):
+            raise ValueError(
+                'gpu = "nvml" reads only this machine\'s GPUs; use gpu = "nvidia-smi" for a '
+                "remote host"
+            )
+        return value
+
+    @field_serializer("passphrase")
+    def _hide_passphrase(self, value: SecretStr | None) -> str | None:
+        return None if value is None else "***"
+
+    def ssh_settings(self) -> SshSettings | None:
+        """Return how to reach this host over SSH, or ``None`` for the local host."""
+        if self.address is None:
+            return None
+        return SshSettings(
+            address=self.address,
+            port=self.port,
+            user=self.user,
+            client_keys=self.client_keys,
+            known_hosts=self.known_hosts or None,
+            insecure_accept_any_host_key=self.insecure_accept_any_host_key,
+            connect_timeout_seconds=self.connect_timeout_seconds,
+            keepalive_interval_seconds=self.keepalive_interval_seconds,
+            keepalive_count_max=self.keepalive_count_max,
+            passphrase=None if self.passphrase is None else self.passphrase.get_secret_value(),
+        )
+
+    def stall_thresholds(self) -> Mapping[Phase, float]:
+        """Return the stall threshold of each startup phase, in seconds."""
+        return self.stall_threshold_seconds.by_phase()
+
+
+def _local_host_name() -> str:
+    name = socket.gethostname().split(".", 1)[0]
+    return name if _HOST_NAME.fullmatch(name) else "localhost"
+
+
+def _default_hosts() -> tuple[HostConfig, ...]:
+    return (HostConfig(name=_local_host_name(), local=True, units=DEFAULT_UNITS),)
+
+
+class Config(BaseModel):
+    """The whole, validated configuration (frozen)."""
+
+    model_config = _MODEL_CONFIG
+
+    exporter: ExporterConfig = ExporterConfig()
+    defaults: DefaultsConfig = DefaultsConfig()
+    hosts: tuple[HostConfig, ...] = Field(default_factory=_default_hosts, strict=False)
+
+    @field_validator("hosts", mode="after")
+    @classmethod
+    def _check_hosts_present(cls, value: tuple[HostConfig, ...]) -> tuple[HostConfig, ...]:
+        if not value:
+            raise ValueError("list at least one [[hosts]] table, or leave hosts out entirely")
+        return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _inherit_defaults(cls, data: Any) -> Any:
+        """Fill each host table's unset overridable keys from a valid ``[defaults]``."""
+        if not isinstance(data, Mapping) or not isinstance(data.get("hosts"), list | tuple):
+            return data
+        raw_defaults = data.get("defaults", {})
+        try:
+            defaults = DefaultsConfig.model_validate(raw_defaults)
+        except ValidationError:
+            return data  # reported once, at its own path, by the field validation
+        thresholds = defaults.stall_threshold_seconds.model_dump()
+        hosts: list[Any] = []
+        for raw_host in data["hosts"]:
+            if not isinstance(raw_host, Mapping):
+                hosts.append(raw_host)
+                continue
+            host = dict(raw_host)
+            for key in _INHERITED_KEYS:
+                host.setdefault(key, getattr(defaults, key))
+            own = host.get("stall_threshold_seconds", {})
+            if isinstance(own, Mapping):
+                host["stall_threshold_seconds"] = {**thresholds, **own}
+            hosts.append(host)
+        return {**data, "hosts": hosts}
+
+    @model_validator(mode="after")
+    def _check_unique_names(self) -> Config:
+        names = [host.name for host in self.hosts]
+        duplicates = sorted({name for name in names if names.count(name) > 1})
+        if duplicates:
+            raise ValueError(f"host names must be unique: {', '.join(duplicates)}")
+        return self
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """Accepted but risky settings, one sentence each, for logs and ``check-config``."""
+        found: list[str] = []
+        for index, host in enumerate(self.hosts):
+            if host.address is not None and host.insecure_accept_any_host_key:
+                found.append(
+                    f"INSECURE: hosts[{index}] ({host.name}): insecure_accept_any_host_key = "
+                    "true: the SSH host key is not checked, so anyone on the network path can "
+                    "impersonate this host and read what the daemon sends"
+                )
+        exporter = self.exporter
+        if not _is_loopback(exporter.listen_host) and not (
+            exporter.has_tls or exporter.web_config_file
+        ):
+            found.append(
+                f"exporter.listen = {exporter.listen!r} is reachable from other machines and "
+                "serves /metrics and /status without TLS or authentication; set web_config_file"
+            )
+        return tuple(found)
+
+    def redacted(self) -> dict[str, Any]:
+        """Return the configuration as JSON-ready data for ``/status``: no passphrases."""
+        data = self.model_dump(mode="json")
+        for host, dumped in zip(self.hosts, data["hosts"], strict=True):
+            if host.local:
+                for key in _REMOTE_ONLY_KEYS:
+                    dumped.pop(key, None)
+        data["warnings"] = list(self.warnings)
+        return data
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+# --- loading -----------------------------------------------------------------------------------
+
+
+def _format_path(loc: Sequence[int | str]) -> str:
+    text = ""
+    for part in loc:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        elif re.fullmatch(r"[A-Za-z0-9_-]+", part):
+            text += f".{part}" if text else part
+        else:
+            text += f"[{part!r}]"
+    return text or "(top level)"
+
+
+def _unwrap(annotation: Any) -> Any:
+    while True:
+        origin = get_origin(annotation)
+        if origin is Annotated:
+            annotation = get_args(annotation)[0]
+        elif origin in (Union, types.UnionType):
+            options = [arg for arg in get_args(annotation) if arg is not type(None)]
+            annotation = options[0] if len(options) == 1 else None
+        else:
+            return annotation
+
+
+def _model_at(loc: Sequence[int | str]) -> type[BaseModel] | None:
+    """Return the model whose table is at ``loc`` (for "did you mean" hints)."""
+    current: Any = Config
+    for part in loc:
+        current = _unwrap(current)
+        if isinstance(part, int):
+            args = get_args(current)
+            current = args[0] if args else None
+        elif isinstance(current, type) and issubclass(current, BaseModel):
+            field = current.model_fields.get(part)
+            current = field.annotation if field is not None else None
+        else:
+            return None
+    current = _unwrap(current)
+    return current if isinstance(current, type) and issubclass(current, BaseModel) else None
+
+
+_TOML_TYPES = {
+    bool: "a boolean",
+    int: "an integer",
+    float: "a float",
+    str: "a string",
+    list: "an array",
+    dict: "a table",
+}
+
+
+def _toml_type(value: object) -> str:
+    """Name the TOML type of a value, never the value itself (it may be a secret)."""
+    return _TOML_TYPES.get(type(value), "a date or time")
+
+
+def _describe_error(error: ErrorDetails) -> str:
+    loc = error["loc"]
+    kind = error["type"]
+    message = error["msg"]
+    if kind in ("value_error", "assertion_error"):
+        message = message.removeprefix("Value error, ").removeprefix("Assertion failed, ")
+    elif kind == "extra_forbidden":
+        message = "unknown key"
+        model = _model_at(loc[:-1])
+        if model is not None and isinstance(loc[-1], str):
+            close = difflib.get_close_matches(loc[-1], list(model.model_fields), n=1)
+            if close:
+                message += f" (did you mean {close[0]!r}?)"
+    elif kind == "missing":
+        message = "required key is missing"
+    elif kind in ("tuple_type", "list_type"):
+        message = f"should be an array, not {_toml_type(error['input'])}"
+    elif kind == "model_type":
+        message = f"should be a table, not {_toml_type(error['input'])}"
+    elif kind.endswith("_type"):
+        message = f"{message}, not {_toml_type(error['input'])}"
+    return f"{_format_path(loc)}: {message}"
+
+
+def parse_config(text: str, source: str = "<string>") -> Config:
+    """Parse and validate TOML text.
+
+    Raises:
+        ConfigError: the text is not TOML, or keys are invalid (all of them are named).
+    """
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"{source}: invalid TOML: {error}") from None
+    try:
+        return Config.model_validate(raw, context={_SEEN_HOST_NAMES: set()})
+    except ValidationError as error:
+        problems = list(dict.fromkeys(_describe_error(item) for item in error.errors()))
+        noun = "invalid key" if len(problems) == 1 else "invalid keys"
+        lines = [f"{source}: {len(problems)} {noun}", *(f"  {line}" for line in problems)]
+        raise ConfigError("\n".join(lines)) from None
+
+
+def load_config(path: str | os.PathLike[str]) -> Config:
+    """Read and validate a configuration file.
+
+    Raises:
+        ConfigError: the file cannot be read, is not UTF-8 TOML, or has invalid keys.
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as error:
+        raise ConfigError(f"{os.fspath(path)}: cannot read: {error.strerror or error}") from None
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"{os.fspath(path)}: not UTF-8 text: {error.reason}") from None
+    return parse_config(text, source=os.fspath(path))
+
+
+def default_config() -> Config:
+    """Return the configuration used without a file: this host's ``vllm*.service`` units, NVML."""
+    return Config()
+
+
+def _missing_files(config: Config) -> list[str]:
+    checks: list[tuple[str, str]] = [
+        ("exporter.tls_cert_file", config.exporter.tls_cert_file),
+        ("exporter.tls_key_file", config.exporter.tls_key_file),
+        ("exporter.web_config_file", config.exporter.web_config_file),
+    ]
+    for index, host in enumerate(config.hosts):
+        if host.address is None:
+            continue
+        if not host.insecure_accept_any_host_key:
+            checks.append((f"hosts[{index}].known_hosts", host.known_hosts))
+        checks += [
+            (f"hosts[{index}].client_keys[{key_index}]", key)
+            for key_index, key in enumerate(host.client_keys)
+        ]
+    return [
+        f"{key}: file {path!r} does not exist or is not readable here"
+        for key, path in checks
+        if path and not os.access(os.path.expanduser(path), os.R_OK)
+    ]
+
+
+def check_config(path: str | os.PathLike[str]) -> list[str]:
+    """Validate a file and summarise it for ``vllm-sentinel check-config``, one line per item.
+
+    Files the config names (TLS, web config, known_hosts, client keys) are checked here only,
+    and a missing one is a warning: it may be deployed after the config.
+
+    Raises:
+        ConfigError: the file is invalid (the CLI exits 2 with the message).
+    """
+    config = load_config(path)
+    exporter = config.exporter
+    security = (
+        "web config " + exporter.web_config_file
+        if exporter.web_config_file
+        else "TLS"
+        if exporter.has_tls
+        else "plain HTTP, no authentication"
+    )
+    unit_count = sum(len(host.units) for host in config.hosts)
+    lines = [
+        f"{os.fspath(path)}: OK",
+        f"exporter: listening on {exporter.listen} ({security})",
+        f"hosts: {len(config.hosts)}, unit names or globs: {unit_count}",
+    ]
+    for host in config.hosts:
+        if host.address is None:
+            where = "local"
+        else:
+            user = f"{host.user}@" if host.user else ""
+            where = f"ssh {user}{host.address}:{host.port}"
+        lines.append(f"  {host.name}: {where}, gpu {host.gpu}, units {', '.join(host.units)}")
+    lines += [f"warning: {text}" for text in (*config.warnings, *_missing_files(config))]
+    return lines

@@ -1,0 +1,339 @@
+"""The daemon: wires sources, Monitor, cursor store and HTTP under one event loop (edge).
+
+Tasks (``asyncio``): the Monitor (the one writer), a tick every second (settles crashes,
+refreshes time-in-phase and stall flags), a cursor flush every ``cursor_flush_interval_seconds``,
+and per host a supervisor running its ``JournalFollower`` and ``GpuPoller``. A host's failure
+never reaches the others: sources retry on their own, and an unexpected error in a host's
+supervisor is logged with its traceback and the host restarted. The HTTP server runs on its own
+threads and reads only ``Monitor.latest``.
+
+Signals: SIGTERM/SIGINT stop cleanly (followers' channels are closed, cursors flushed);
+SIGHUP reloads the config file — hosts and units added or removed without losing the state of
+the others; an invalid new config is refused with a clear error and the old one stays.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from vllm_sentinel import __version__
+from vllm_sentinel.config import Config, GpuBackend, HostConfig, load_config
+from vllm_sentinel.cursors import CursorStore
+from vllm_sentinel.errors import ConfigError, GpuCollectorError
+from vllm_sentinel.exporter import SentinelCollector, make_registry
+from vllm_sentinel.gpu import CgroupReader, GpuPoller, GpuReader, NvidiaSmiReader, NvmlReader
+from vllm_sentinel.http import (
+    BasicAuthenticator,
+    ServerHandle,
+    build_ssl_context,
+    load_web_config,
+    make_app,
+    start_http_server,
+)
+from vllm_sentinel.journal import FollowerSettings, JournalBatch, JournalFollower
+from vllm_sentinel.monitor import GpuDown, GpuSample, HostPlan, Monitor, Tick
+from vllm_sentinel.report import status_document
+from vllm_sentinel.snapshot import CollectorState, GpuReading
+from vllm_sentinel.transport import LocalTransport, SshTransport, Transport
+
+__all__ = ["Daemon", "host_plan", "serve_http"]
+
+_log = structlog.get_logger("vllm_sentinel.daemon")
+Item = JournalBatch | GpuSample | GpuDown | Tick
+_QUEUE_SIZE = 4096
+
+
+def host_plan(host: HostConfig, config: Config) -> HostPlan:
+    """What the Monitor needs of a configured host."""
+    return HostPlan(
+        name=host.name,
+        units=tuple(host.units),
+        stall_thresholds=host.stall_thresholds(),
+        stall_min_growth_bytes=config.defaults.stall_min_growth_bytes,
+    )
+
+
+def serve_http(
+    config: Config, get_snapshot: Callable[[], Any], status: Callable[[], Mapping[str, Any]]
+) -> ServerHandle:
+    """Start the exporter's HTTP server as configured (TLS, basic auth); bind errors raise."""
+    exporter = config.exporter
+    ssl_context = None
+    authenticator = None
+    if exporter.web_config_file:
+        web = load_web_config(exporter.web_config_file)
+        if web.tls is not None:
+            ssl_context = build_ssl_context(web.tls)
+        if web.basic_auth_users:
+            authenticator = BasicAuthenticator(web.basic_auth_users)
+            if ssl_context is None:
+                _log.warning("basic_auth_without_tls", detail="passwords travel in clear text")
+    elif exporter.has_tls:
+        from vllm_sentinel.http import TlsServerConfig
+
+        ssl_context = build_ssl_context(
+            TlsServerConfig(Path(exporter.tls_cert_file), Path(exporter.tls_key_file))
+        )
+    registry = make_registry(SentinelCollector(get_snapshot))
+    app = make_app(registry, status, authenticator=authenticator)
+    return start_http_server(exporter.listen_host, exporter.listen_port, app, ssl_context)
+
+
+@dataclass(slots=True)
+class _HostRunner:
+    host: HostConfig
+    transport: Transport
+    follower: JournalFollower
+    poller: GpuPoller | None
+    task: asyncio.Task[None] | None = None
+    gpu_down: bool = field(default=False)
+
+
+class Daemon:
+    """The long-running monitor.
+
+    Args:
+        config: the validated configuration.
+        config_path: the file to re-read on SIGHUP (``None``: reload is refused).
+        clock: wall clock (UTC).
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        config_path: str | os.PathLike[str] | None = None,
+        *,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.config = config
+        self._config_path = config_path
+        self._clock = clock
+        self._cursors = CursorStore(_state_directory(config))
+        self.monitor = Monitor(
+            [host_plan(host, config) for host in config.hosts],
+            clock=clock,
+            cursors=self._cursors,
+            benign_patterns=config.defaults.benign_patterns,
+        )
+        self._queue: asyncio.Queue[Item] = asyncio.Queue(_QUEUE_SIZE)
+        self._runners: dict[str, _HostRunner] = {}
+        self._stop = asyncio.Event()
+        self._reload = asyncio.Event()
+        self.http: ServerHandle | None = None
+
+    def status(self) -> dict[str, Any]:
+        """The ``/status`` document: units (as ``replay --output json``), hosts, collectors."""
+        document = status_document(self.monitor.latest)
+        document["version"] = __version__
+        document["config"] = self.config.redacted()
+        return document
+
+    def request_stop(self) -> None:
+        """Ask the daemon to stop (what SIGTERM does)."""
+        self._stop.set()
+
+    async def run(self) -> int:
+        """Serve until stopped; return the exit status."""
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(signum, self._stop.set)
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signal.SIGHUP, self._reload.set)
+        self.monitor.publish()
+        self.http = serve_http(self.config, lambda: self.monitor.latest, self.status)
+        _log.info(
+            "daemon_started", version=__version__, listen=f"{self.http.host}:{self.http.port}",
+            hosts=[host.name for host in self.config.hosts],
+        )
+        try:
+            async with asyncio.TaskGroup() as group:
+                monitor = group.create_task(self.monitor.run(self._queue))
+                ticker = group.create_task(self._tick())
+                flusher = group.create_task(self._flush_cursors())
+                for host in self.config.hosts:
+                    self._start_host(host)
+                waiter = group.create_task(self._wait_for_stop())
+                await waiter
+                for task in (monitor, ticker, flusher):
+                    task.cancel()
+        finally:
+            await self._stop_hosts(list(self._runners))
+            written = await self._cursors.flush()
+            if self.http is not None:
+                await asyncio.to_thread(self.http.shutdown)
+            _log.info("daemon_stopped", cursors_saved=written)
+        return 0
+
+    async def _wait_for_stop(self) -> None:
+        while not self._stop.is_set():
+            reload_wait = asyncio.ensure_future(self._reload.wait())
+            stop_wait = asyncio.ensure_future(self._stop.wait())
+            done, pending = await asyncio.wait(
+                {reload_wait, stop_wait}, return_when=asyncio.FIRST_COMPLETED
+            )
+            for task in pending:
+                task.cancel()
+            if self._reload.is_set() and not self._stop.is_set():
+                self._reload.clear()
+                await self.reload()
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            await self._queue.put(Tick(self._clock()))
+
+    async def _flush_cursors(self) -> None:
+        interval = self.config.defaults.cursor_flush_interval_seconds
+        while True:
+            await asyncio.sleep(interval)
+            await self._cursors.flush()
+
+    # --- hosts ---------------------------------------------------------------------------
+
+    def _make_runner(self, host: HostConfig) -> _HostRunner:
+        settings = host.ssh_settings()
+        transport: Transport = (
+            LocalTransport(host.name) if settings is None else SshTransport(host.name, settings)
+        )
+        defaults = self.config.defaults
+        follower = JournalFollower(
+            host.name,
+            transport,
+            FollowerSettings(
+                units=tuple(host.units),
+                journalctl_args=tuple(host.journalctl_args),
+                backfill_max_invocations=defaults.backfill_max_invocations,
+                backfill_max_age_seconds=defaults.backfill_max_age_seconds,
+                backfill_max_records=defaults.backfill_max_records,
+            ),
+            cursor=self._cursors.load(host.name),
+            clock=self._clock,
+        )
+        reader: GpuReader | None = None
+        if host.gpu is GpuBackend.NVML:
+            reader = NvmlReader()
+        elif host.gpu is GpuBackend.NVIDIA_SMI:
+            reader = NvidiaSmiReader(transport, timeout_seconds=host.gpu_poll_interval_seconds)
+        poller = (
+            GpuPoller(host.name, reader, host.gpu_poll_interval_seconds) if reader else None
+        )
+        return _HostRunner(host, transport, follower, poller)
+
+    def _start_host(self, host: HostConfig) -> None:
+        runner = self._make_runner(host)
+        self._runners[host.name] = runner
+        self.monitor.register_collector(
+            host.name, "journal", lambda: runner.follower.state, lambda: runner.follower.skipped
+        )
+        if runner.poller is not None:
+            poller = runner.poller
+            self.monitor.register_collector(host.name, "gpu", lambda: poller.state)
+        runner.task = asyncio.create_task(self._supervise(runner), name=f"host-{host.name}")
+
+    async def _supervise(self, runner: _HostRunner) -> None:
+        """Run one host's sources forever; a bug restarts the host, never the daemon."""
+        name = runner.host.name
+        cgroups = CgroupReader(None if runner.host.local else runner.transport)
+
+        async def emit_gpu(reading: GpuReading) -> None:
+            try:
+                owners = await cgroups.read_units(process.pid for process in reading.processes)
+            except GpuCollectorError as error:
+                _log.debug("gpu_cgroups_unreadable", host=name, reason=error.reason)
+                owners = {}
+            runner.gpu_down = False
+            await self._queue.put(GpuSample(name, reading, owners))
+
+        while True:
+            try:
+                async with asyncio.TaskGroup() as group:
+                    group.create_task(runner.follower.run(self._queue.put))
+                    if runner.poller is not None:
+                        group.create_task(runner.poller.run(emit_gpu))
+                        group.create_task(self._watch_gpu(runner))
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                _log.exception("host_supervisor_failed", host=name)
+                await asyncio.sleep(5.0)
+
+    async def _watch_gpu(self, runner: _HostRunner) -> None:
+        """Clear a host's GPU attribution while its GPU collector is down."""
+        assert runner.poller is not None
+        while True:
+            await asyncio.sleep(runner.host.gpu_poll_interval_seconds)
+            state: CollectorState = runner.poller.state
+            if not state.up and not runner.gpu_down and state.since is not None:
+                runner.gpu_down = True
+                await self._queue.put(GpuDown(runner.host.name))
+
+    async def _stop_hosts(self, names: list[str]) -> None:
+        runners = [self._runners.pop(name) for name in names if name in self._runners]
+        for runner in runners:
+            if runner.task is not None:
+                runner.task.cancel()
+        for runner in runners:
+            if runner.task is not None:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await asyncio.wait_for(runner.task, 10.0)
+            with contextlib.suppress(Exception):
+                await runner.transport.close()
+            self.monitor.unregister_collectors(runner.host.name)
+
+    # --- reload --------------------------------------------------------------------------
+
+    async def reload(self) -> bool:
+        """Re-read the config file; apply it, or keep the old one if it is invalid."""
+        if self._config_path is None:
+            _log.warning("config_reload_refused", reason="the daemon runs without a config file")
+            return False
+        try:
+            config = await asyncio.to_thread(load_config, self._config_path)
+        except ConfigError as error:
+            _log.error("config_reload_failed", path=str(self._config_path), error=str(error),
+                       detail="the running configuration is kept")
+            return False
+        old = {host.name: host for host in self.config.hosts}
+        new = {host.name: host for host in config.hosts}
+        changed = [name for name in old if name not in new or old[name] != new[name]]
+        await self._stop_hosts(changed)
+        self.config = config
+        self.monitor.reconfigure(
+            [host_plan(host, config) for host in config.hosts], config.defaults.benign_patterns
+        )
+        for name, host in new.items():
+            if name not in self._runners:
+                self._start_host(host)
+        self.monitor.publish()
+        _log.info("config_reloaded", path=str(self._config_path), hosts=sorted(new),
+                  restarted=sorted(name for name in changed if name in new),
+                  removed=sorted(name for name in old if name not in new))
+        return True
+
+
+def _state_directory(config: Config) -> str:
+    """systemd's ``STATE_DIRECTORY`` wins over the config default when the default is unusable."""
+    directory = config.defaults.state_directory
+    from_systemd = os.environ.get("STATE_DIRECTORY")
+    if from_systemd and directory == "/var/lib/vllm-sentinel":
+        return from_systemd.split(":")[0]
+    parent = Path(directory)
+    while not parent.exists():
+        parent = parent.parent
+    if not os.access(parent, os.W_OK):
+        fallback = Path(os.environ.get("XDG_STATE_HOME", Path.home() / ".local" / "state"))
+        _log.warning("state_directory_not_writable", configured=directory,
+                     using=str(fallback / "vllm-sentinel"))
+        return str(fallback / "vllm-sentinel")
+    return directory

@@ -1,0 +1,474 @@
+"""The HTTP endpoint: a WSGI dispatcher, a threaded server, optional TLS and basic auth (edge).
+
+Paths: ``/metrics`` (prometheus_client's WSGI app over our registry: text 0.0.4, or OpenMetrics
+when the ``Accept`` header asks, gzip when accepted), ``/status`` (JSON from a callable),
+``/healthz`` (``ok``), ``/`` (a small index). Everything but ``/healthz`` sits behind basic
+auth when users are configured.
+
+TLS and basic auth come from a Prometheus exporter-toolkit *web config* file::
+
+    tls_server_config:
+      cert_file: server.crt        # relative paths are relative to the web config file
+      key_file: server.key
+      min_version: TLS12           # TLS12 (default) or TLS13
+    basic_auth_users:
+      prometheus: $2y$10$...       # bcrypt hash (htpasswd -nbB user password)
+
+Keys this server does not implement (client certificates, cipher suites, extra headers) are
+rejected rather than ignored, so a config never silently means less than it says.
+
+The server runs ``serve_forever`` in a daemon thread and one daemon thread per connection; the
+TLS handshake happens on the connection's thread, so a slow client cannot block ``accept``.
+Passwords are never logged and never kept: successful checks are cached as a keyed hash, per
+user, for ``cache_seconds``, so bcrypt stays off the hot path of a 15 s scrape.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import json
+import os
+import re
+import secrets
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from socketserver import TCPServer, ThreadingMixIn
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
+from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
+
+import bcrypt
+import structlog
+import yaml  # type: ignore[import-untyped, unused-ignore]  # types-PyYAML optional
+from prometheus_client import make_wsgi_app
+from prometheus_client.registry import CollectorRegistry
+
+from vllm_sentinel.errors import ConfigError
+
+__all__ = [
+    "DEFAULT_LISTEN_HOST",
+    "REALM",
+    "BasicAuthenticator",
+    "ServerHandle",
+    "TlsServerConfig",
+    "WebConfig",
+    "build_ssl_context",
+    "load_web_config",
+    "make_app",
+    "start_http_server",
+]
+
+DEFAULT_LISTEN_HOST = "127.0.0.1"
+"""Bind to loopback unless told otherwise."""
+
+REALM = "vllm-sentinel"
+"""The basic-auth realm sent with 401 answers."""
+
+_log = structlog.get_logger("vllm_sentinel.http")
+
+_BCRYPT_HASH = re.compile(r"\$2[abxy]?\$\d{2}\$[./A-Za-z0-9]{53}")
+# A valid cost-10 hash of a throwaway password: checked against for unknown users so that an
+# unknown name costs as much time as a wrong password.
+_DUMMY_HASH = b"$2b$10$k2YyE7TDTtcBvqmbwRyt3eTFkQxlkrV1QpnXzrVISkIxqovO1t892"
+_TLS_VERSIONS = {"TLS12": ssl.TLSVersion.TLSv1_2, "TLS13": ssl.TLSVersion.TLSv1_3}
+_TLS_KEYS = frozenset(
+    {"cert_file", "key_file", "min_version", "max_version", "client_auth_type", "client_ca_file"}
+)
+_TOP_KEYS = frozenset({"tls_server_config", "basic_auth_users", "http_server_config"})
+
+
+# --------------------------------------------------------------------------- web config
+
+
+@dataclass(frozen=True, slots=True)
+class TlsServerConfig:
+    """The ``tls_server_config`` section: the server's certificate chain and key files."""
+
+    cert_file: Path
+    key_file: Path
+    min_version: ssl.TLSVersion = ssl.TLSVersion.TLSv1_2
+    max_version: ssl.TLSVersion | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WebConfig:
+    """An exporter-toolkit web config: optional TLS, optional basic-auth users.
+
+    Attributes:
+        tls: the TLS section, or ``None`` for plain HTTP.
+        basic_auth_users: user name → bcrypt hash; empty for no authentication.
+    """
+
+    tls: TlsServerConfig | None = None
+    basic_auth_users: Mapping[str, str] = field(default_factory=dict, repr=False)
+
+
+def _tls_version(value: object, key: str) -> ssl.TLSVersion:
+    if not isinstance(value, str) or value not in _TLS_VERSIONS:
+        allowed = ", ".join(sorted(_TLS_VERSIONS))
+        raise ConfigError(f"tls_server_config.{key}: expected one of {allowed}, got {value!r}")
+    return _TLS_VERSIONS[value]
+
+
+def _tls_section(raw: object, base: Path) -> TlsServerConfig | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise ConfigError("tls_server_config: expected a mapping")
+    unknown = sorted(str(key) for key in raw if key not in _TLS_KEYS)
+    if unknown:
+        raise ConfigError(f"tls_server_config: unsupported keys: {', '.join(unknown)}")
+    if raw.get("client_ca_file") or raw.get("client_auth_type", "NoClientCert") != "NoClientCert":
+        raise ConfigError("tls_server_config: client certificate authentication is not supported")
+    paths: dict[str, Path] = {}
+    for key in ("cert_file", "key_file"):
+        value = raw.get(key)
+        if not isinstance(value, str) or not value:
+            raise ConfigError(f"tls_server_config.{key}: a file name is required")
+        paths[key] = base / value
+    return TlsServerConfig(
+        cert_file=paths["cert_file"],
+        key_file=paths["key_file"],
+        min_version=_tls_version(raw.get("min_version", "TLS12"), "min_version"),
+        max_version=(
+            _tls_version(raw["max_version"], "max_version") if raw.get("max_version") else None
+        ),
+    )
+
+
+def _users_section(raw: object) -> dict[str, str]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ConfigError("basic_auth_users: expected a mapping of user name to bcrypt hash")
+    users: dict[str, str] = {}
+    for user, hashed in raw.items():
+        if not isinstance(user, str) or not user or ":" in user:
+            raise ConfigError(f"basic_auth_users: invalid user name {user!r}")
+        if not isinstance(hashed, str) or not _BCRYPT_HASH.fullmatch(hashed):
+            # Never echo the value: it might be a plain password pasted by mistake.
+            raise ConfigError(f"basic_auth_users.{user}: not a bcrypt hash")
+        users[user] = hashed
+    return users
+
+
+def load_web_config(path: str | os.PathLike[str]) -> WebConfig:
+    """Read an exporter-toolkit web config file.
+
+    Raises:
+        ConfigError: the file cannot be read, is not YAML, or holds a key this server does not
+            implement; the message names the file and the key.
+    """
+    where = Path(path)
+    try:
+        raw: object = yaml.safe_load(where.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"web config {where}: cannot read: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"web config {where}: not valid YAML") from exc
+    if raw is None:
+        return WebConfig()
+    try:
+        if not isinstance(raw, dict):
+            raise ConfigError("expected a mapping at the top level")
+        unknown = sorted(str(key) for key in raw if key not in _TOP_KEYS)
+        if unknown:
+            raise ConfigError(f"unsupported keys: {', '.join(unknown)}")
+        if raw.get("http_server_config"):
+            raise ConfigError("http_server_config: not supported")
+        return WebConfig(
+            tls=_tls_section(raw.get("tls_server_config"), where.parent),
+            basic_auth_users=_users_section(raw.get("basic_auth_users")),
+        )
+    except ConfigError as exc:
+        raise ConfigError(f"web config {where}: {exc}") from None
+
+
+def build_ssl_context(tls: TlsServerConfig) -> ssl.SSLContext:
+    """Make a server-side TLS context from the certificate chain and key files.
+
+    Raises:
+        ConfigError: a file is missing or the key does not match the certificate.
+    """
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = tls.min_version
+    if tls.max_version is not None:
+        context.maximum_version = tls.max_version
+    try:
+        context.load_cert_chain(certfile=tls.cert_file, keyfile=tls.key_file)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(
+            f"tls_server_config: cannot load {tls.cert_file} / {tls.key_file}: {exc}"
+        ) from exc
+    return context
+
+
+# --------------------------------------------------------------------------- basic auth
+
+
+class BasicAuthenticator:
+    """Check ``Authorization: Basic`` headers against bcrypt hashes, caching successes.
+
+    Args:
+        users: user name → bcrypt hash.
+        cache_seconds: how long a successful check is remembered (0 disables the cache).
+        clock: monotonic seconds; injected by tests.
+
+    Thread-safe: the server checks from one thread per connection.
+    """
+
+    def __init__(
+        self,
+        users: Mapping[str, str],
+        cache_seconds: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._users = {user: hashed.encode("ascii") for user, hashed in users.items()}
+        self._cache_seconds = cache_seconds
+        self._clock = clock
+        self._key = secrets.token_bytes(32)
+        self._lock = threading.Lock()
+        self._cache: dict[str, tuple[bytes, float]] = {}
+
+    def _digest(self, user: str, password: bytes) -> bytes:
+        return hmac.new(self._key, user.encode() + b"\0" + password, hashlib.sha256).digest()
+
+    def is_authorized(self, header: str | None) -> bool:
+        """Say whether an ``Authorization`` header value names a user with the right password."""
+        credentials = _parse_basic(header)
+        if credentials is None:
+            return False
+        user, password = credentials
+        digest = self._digest(user, password)
+        now = self._clock()
+        with self._lock:
+            cached = self._cache.get(user)
+        if cached is not None and cached[1] > now and hmac.compare_digest(cached[0], digest):
+            return True
+        hashed = self._users.get(user)
+        try:
+            matched = bcrypt.checkpw(password, hashed or _DUMMY_HASH) and hashed is not None
+        except ValueError:  # a password over bcrypt's 72 bytes
+            matched = False
+        if matched and self._cache_seconds > 0:
+            with self._lock:
+                self._cache[user] = (digest, now + self._cache_seconds)
+        return matched
+
+
+def _parse_basic(header: str | None) -> tuple[str, bytes] | None:
+    if not header:
+        return None
+    scheme, _, token = header.strip().partition(" ")
+    if scheme.lower() != "basic" or not token:
+        return None
+    try:
+        decoded = base64.b64decode(token.strip(), validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    raw_user, colon, password = decoded.partition(b":")
+    if not colon:
+        return None
+    try:
+        return raw_user.decode("utf-8"), password
+    except UnicodeDecodeError:
+        return None
+
+
+# --------------------------------------------------------------------------- WSGI app
+
+_INDEX = b"""<!doctype html>
+<html><head><meta charset="utf-8"><title>vllm-sentinel</title></head>
+<body><h1>vllm-sentinel</h1><ul>
+<li><a href="metrics">metrics</a>: Prometheus metrics</li>
+<li><a href="status">status</a>: units, phases and crashes as JSON</li>
+<li><a href="healthz">healthz</a>: liveness</li>
+</ul></body></html>
+"""
+
+
+def _respond(
+    environ: WSGIEnvironment,
+    start_response: StartResponse,
+    status: str,
+    body: bytes,
+    *,
+    content_type: str = "text/plain; charset=utf-8",
+    extra: Iterable[tuple[str, str]] = (),
+) -> Iterable[bytes]:
+    headers = [
+        ("Content-Type", content_type),
+        ("Content-Length", str(len(body))),
+        ("X-Content-Type-Options", "nosniff"),
+        ("Cache-Control", "no-store"),
+        *extra,
+    ]
+    start_response(status, headers)
+    return [b""] if environ.get("REQUEST_METHOD") == "HEAD" else [body]
+
+
+def make_app(
+    registry: CollectorRegistry,
+    status: Callable[[], Mapping[str, Any]],
+    *,
+    authenticator: BasicAuthenticator | None = None,
+) -> WSGIApplication:
+    """Make the WSGI app serving ``/metrics``, ``/status``, ``/healthz`` and ``/``.
+
+    Args:
+        registry: the registry ``/metrics`` renders (``exporter.make_registry``).
+        status: returns the ``/status`` document (JSON-ready).
+        authenticator: basic auth for every path but ``/healthz``; ``None`` for none.
+    """
+    metrics_app: WSGIApplication = make_wsgi_app(registry)
+
+    def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO") or "/"
+        method = environ.get("REQUEST_METHOD", "GET")
+        if (
+            authenticator is not None
+            and path != "/healthz"
+            and not authenticator.is_authorized(environ.get("HTTP_AUTHORIZATION"))
+        ):
+            challenge = ("WWW-Authenticate", f'Basic realm="{REALM}", charset="UTF-8"')
+            return _respond(
+                environ, start_response, "401 Unauthorized", b"Unauthorized\n", extra=[challenge]
+            )
+        if path == "/metrics":
+            return metrics_app(environ, start_response)
+        if path not in ("/", "/healthz", "/status"):
+            return _respond(environ, start_response, "404 Not Found", b"Not Found\n")
+        if method not in ("GET", "HEAD"):
+            return _respond(
+                environ,
+                start_response,
+                "405 Method Not Allowed",
+                b"Method Not Allowed\n",
+                extra=[("Allow", "GET, HEAD")],
+            )
+        if path == "/healthz":
+            return _respond(environ, start_response, "200 OK", b"ok\n")
+        if path == "/status":
+            body = json.dumps(dict(status()), ensure_ascii=False).encode("utf-8")
+            return _respond(
+                environ, start_response, "200 OK", body, content_type="application/json"
+            )
+        return _respond(
+            environ, start_response, "200 OK", _INDEX, content_type="text/html; charset=utf-8"
+        )
+
+    return app
+
+
+# --------------------------------------------------------------------------- server
+
+
+class _RequestHandler(WSGIRequestHandler):
+    """Per connection: finish the TLS handshake here (not in ``accept``), log nothing."""
+
+    timeout = 30.0
+
+    def setup(self) -> None:
+        super().setup()
+        if isinstance(self.connection, ssl.SSLSocket):
+            self.connection.do_handshake()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Log nothing: requests carry credentials and are too many to log."""
+
+
+class _Server(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+    block_on_close = False
+
+    def server_bind(self) -> None:
+        # HTTPServer.server_bind calls socket.getfqdn (a DNS lookup); skip it.
+        TCPServer.server_bind(self)
+        host, port = self.server_address[:2]
+        self.server_name = str(host)
+        self.server_port = int(port)
+        self.setup_environ()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # Failed handshakes, resets and timeouts: the client's problem, not ours.
+        _log.debug("http_connection_failed", client=str(client_address[0]))
+
+
+class _Server6(_Server):
+    address_family = socket.AF_INET6
+
+
+class ServerHandle:
+    """A running server: its bound address, and a way to stop it."""
+
+    def __init__(self, server: _Server, thread: threading.Thread) -> None:
+        self._server = server
+        self._thread = thread
+
+    @property
+    def host(self) -> str:
+        """The address bound."""
+        return str(self._server.server_address[0])
+
+    @property
+    def port(self) -> int:
+        """The port bound (the real one when 0 was asked for)."""
+        return int(self._server.server_address[1])
+
+    def shutdown(self) -> None:
+        """Stop serving, close the socket and wait for the serving thread (blocking)."""
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join()
+        _log.info("http_server_stopped", host=self.host, port=self.port)
+
+
+def _family(host: str, port: int) -> socket.AddressFamily:
+    if not host:  # "" is every IPv4 interface (config.parse_listen_address)
+        return socket.AF_INET
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    return infos[0][0]
+
+
+def start_http_server(
+    listen_host: str,
+    listen_port: int,
+    app: WSGIApplication,
+    ssl_context: ssl.SSLContext | None = None,
+) -> ServerHandle:
+    """Bind and serve ``app`` on a daemon thread; port 0 picks a free port.
+
+    ``listen_host`` is an address or name (IPv6 without brackets); ``""`` is every IPv4
+    interface. Call ``shutdown()`` from a thread (``asyncio.to_thread``): it blocks briefly.
+
+    Raises:
+        OSError: the address cannot be bound.
+    """
+    server_class = _Server6 if _family(listen_host, listen_port) == socket.AF_INET6 else _Server
+    server = server_class((listen_host, listen_port), _RequestHandler)
+    if ssl_context is not None:
+        server.socket = ssl_context.wrap_socket(
+            server.socket, server_side=True, do_handshake_on_connect=False
+        )
+        server.base_environ["HTTPS"] = "on"
+    server.set_app(app)
+    thread = threading.Thread(
+        target=server.serve_forever,
+        kwargs={"poll_interval": 0.1},
+        name="vllm-sentinel-http",
+        daemon=True,
+    )
+    thread.start()
+    handle = ServerHandle(server, thread)
+    _log.info(
+        "http_server_started", host=handle.host, port=handle.port, tls=ssl_context is not None
+    )
+    return handle

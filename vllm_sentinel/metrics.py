@@ -1,0 +1,505 @@
+"""The metric families, as one table (edge: read by the exporter, pure itself).
+
+Each row of ``METRICS`` names a family, its type, its help sentence, its label names and a
+function from a ``Snapshot`` to samples ``(label values, value)``. The exporter turns rows into
+prometheus_client families at scrape time; ``metrics_markdown_table()`` turns the same rows into
+the README table, so the docs are the code.
+
+Rules the rows keep (and ``tests/unit/test_metrics.py`` checks):
+
+* names are ``vllm_sentinel_<subject>_<measure>_<unit>`` with the unit spelled out
+  (``_seconds``, ``_bytes``, ``_ratio``, ``_timestamp_seconds``, ``_info``, ``_total`` for
+  counters only);
+* ``host`` and ``unit`` are the first labels wherever they apply;
+* label values come from bounded sets (enums, GPU indexes, collector names) — the only text
+  taken from logs is the crash exception and message, cut by ``bound_label``;
+* one-hot series (phase, crash cause, log level) are emitted for every value, 0 or 1, so that
+  ``increase()`` and ``== 1`` work from the first scrape;
+* a figure that is not known yet (``None``) produces no sample rather than a made-up 0.
+
+This module does no I/O and takes no locks: it reads the frozen snapshot only. Time "now" is
+``snapshot.at``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+from vllm_sentinel import __version__
+from vllm_sentinel.causes import CrashCause
+from vllm_sentinel.phases import PHASE_ORDER
+from vllm_sentinel.snapshot import HostSnapshot, IncarnationSnapshot, Snapshot, UnitSnapshot
+
+__all__ = [
+    "LABEL_VALUE_LIMIT",
+    "LOG_LEVELS",
+    "METRICS",
+    "MetricDefinition",
+    "MetricType",
+    "Sample",
+    "bound_label",
+    "metrics_markdown_table",
+]
+
+LABEL_VALUE_LIMIT = 120
+"""The longest label value taken from log text (exception class, crash message, model)."""
+
+LOG_LEVELS: tuple[str, ...] = ("debug", "info", "warning", "error", "critical", "none")
+"""vLLM log levels as the tracker counts them; ``none`` is a line without a vLLM header."""
+
+Sample = tuple[tuple[str, ...], float]
+"""One series: its label values (in the row's label order) and its value."""
+
+
+class MetricType(StrEnum):
+    """The Prometheus types the table uses."""
+
+    GAUGE = "gauge"
+    COUNTER = "counter"
+
+
+@dataclass(frozen=True, slots=True)
+class MetricDefinition:
+    """One metric family: a row of the table.
+
+    Attributes:
+        name: the full name; counters include ``_total``.
+        type: gauge or counter.
+        help: one sentence ending with a period.
+        labels: label names, ``host`` and ``unit`` first where they apply.
+        samples: snapshot → ``(label values, value)`` for every series.
+    """
+
+    name: str
+    type: MetricType
+    help: str
+    labels: tuple[str, ...]
+    samples: Callable[[Snapshot], Iterable[Sample]]
+
+
+def bound_label(value: str | None, limit: int = LABEL_VALUE_LIMIT) -> str:
+    """Make a safe label value: ``""`` for None, whitespace collapsed, valid UTF-8, cut."""
+    if not value:
+        return ""
+    text = " ".join(value.split())
+    text = text.encode("utf-8", "replace").decode("utf-8")
+    return text[:limit]
+
+
+def _seconds(value: datetime) -> float:
+    return value.timestamp()
+
+
+def _units(snapshot: Snapshot) -> Iterator[tuple[str, UnitSnapshot]]:
+    for host in snapshot.hosts:
+        for unit in host.units:
+            yield host.host, unit
+
+
+def _currents(snapshot: Snapshot) -> Iterator[tuple[str, UnitSnapshot, IncarnationSnapshot]]:
+    for host, unit in _units(snapshot):
+        current = unit.current
+        if current is not None:
+            yield host, unit, current
+
+
+def _unit_phase(snapshot: Snapshot) -> Iterator[Sample]:
+    for host, unit, current in _currents(snapshot):
+        for phase in PHASE_ORDER:
+            yield (host, unit.unit, phase.value), 1.0 if phase is current.phase else 0.0
+
+
+def _unit_phase_seconds(snapshot: Snapshot) -> Iterator[Sample]:
+    for host, unit, current in _currents(snapshot):
+        entered = current.phase_entered_at
+        if entered is not None:
+            # Log time may run ahead of the daemon's clock (skew between hosts): never negative.
+            yield (host, unit.unit), max(0.0, (snapshot.at - entered).total_seconds())
+
+
+def _unit_phase_entered(snapshot: Snapshot) -> Iterator[Sample]:
+    for host, unit, current in _currents(snapshot):
+        entered = current.phase_entered_at
+        if entered is not None:
+            yield (host, unit.unit), _seconds(entered)
+
+
+def _unit_incarnation_started(snapshot: Snapshot) -> Iterator[Sample]:
+    for host, unit, current in _currents(snapshot):
+        if current.started_at is not None:
+            yield (host, unit.unit), _seconds(current.started_at)
+
+
+def _unit_incarnation_info(snapshot: Snapshot) -> Iterator[Sample]:
+    for host, unit, current in _currents(snapshot):
+        tp = current.tensor_parallel_size
+        labels = (
+            host,
+            unit.unit,
+            bound_label(current.id),
+            bound_label(current.vllm_version),
+            bound_label(current.model),
+            str(tp) if tp is not None else "",
+        )
+        yield labels, 1.0
+
+
+def _unit_starts(snapshot: Snapshot) -> Iterator[Sample]:
+    for host, unit in _units(snapshot):
+        yield (host, unit.unit), float(unit.starts_total)
+
+
+def _unit_crashes(snapshot: Snapshot) -> Iterator[Sample]:
+    for host, unit in _units(snapshot):
+        for cause in CrashCause:
+            yield (host, unit.unit, cause.value), float(unit.crashes_total.get(cause, 0))
+
+
+def _unit_last_crash_info(snapshot: Snapshot) -> Iterator[Sample]:
+    for host, unit in _units(snapshot):
+        crash = unit.last_crash
+        if crash is not None:
+            labels = (
+                host,
+                unit.unit,
+                crash.cause.value,
+                crash.phase.value,
+                bound_label(crash.exception),
+                bound_label(crash.message),
+            )
+            yield labels, 1.0
+
+
+def _unit_last_crash_timestamp(snapshot: Snapshot) -> Iterator[Sample]:
+    for host, unit in _units(snapshot):
+        crash = unit.last_crash
+        if crash is not None and crash.at is not None:
+            yield (host, unit.unit), _seconds(crash.at)
+
+
+def _unit_phase_duration(snapshot: Snapshot) -> Iterator[Sample]:
+    for host, unit in _units(snapshot):
+        for phase in PHASE_ORDER:
+            seconds = unit.phase_durations.get(phase)
+            if seconds is not None:
+                yield (host, unit.unit, phase.value), seconds
+
+
+def _unit_startup_duration(snapshot: Snapshot) -> Iterator[Sample]:
+    for host, unit in _units(snapshot):
+        if unit.startup_duration_seconds is not None:
+            yield (host, unit.unit), unit.startup_duration_seconds
+
+
+def _unit_weights_loaded_ratio(snapshot: Snapshot) -> Iterator[Sample]:
+    for host, unit, current in _currents(snapshot):
+        ratio = current.progress.weights_loaded_ratio
+        if ratio is not None:
+            yield (host, unit.unit), ratio
+
+
+def _unit_model_weights_bytes(snapshot: Snapshot) -> Iterator[Sample]:
+    for host, unit, current in _currents(snapshot):
+        value = current.progress.model_weights_bytes
+        if value is not None:
+            yield (host, unit.unit), float(value)
+
+
+def _unit_kv_cache_tokens(snapshot: Snapshot) -> Iterator[Sample]:
+    for host, unit, current in _currents(snapshot):
+        value = current.progress.kv_cache_tokens
+        if value is not None:
+            yield (host, unit.unit), float(value)
+
+
+def _unit_gpu_memory_used(snapshot: Snapshot) -> Iterator[Sample]:
+    for host, unit in _units(snapshot):
+        for index, used in sorted(unit.gpu_memory_used_bytes.items()):
+            yield (host, unit.unit, str(index)), float(used)
+
+
+def _unit_last_progress(snapshot: Snapshot) -> Iterator[Sample]:
+    for host, unit in _units(snapshot):
+        at = unit.last_progress_at
+        if at is not None:
+            yield (host, unit.unit), _seconds(at)
+
+
+def _unit_stalled(snapshot: Snapshot) -> Iterator[Sample]:
+    for host, unit in _units(snapshot):
+        yield (host, unit.unit), 1.0 if unit.stalled else 0.0
+
+
+def _is_journal_up(host: HostSnapshot) -> bool:
+    state = host.collectors.get("journal")
+    return state is not None and state.up
+
+
+def _unit_state_known(snapshot: Snapshot) -> Iterator[Sample]:
+    for host in snapshot.hosts:
+        known = 1.0 if _is_journal_up(host) else 0.0
+        for unit in host.units:
+            yield (host.host, unit.unit), known
+
+
+def _unit_log_records(snapshot: Snapshot) -> Iterator[Sample]:
+    for host, unit in _units(snapshot):
+        for level in LOG_LEVELS:
+            yield (host, unit.unit, level), float(unit.records_by_level.get(level, 0))
+
+
+def _unit_benign_errors(snapshot: Snapshot) -> Iterator[Sample]:
+    for host, unit in _units(snapshot):
+        yield (host, unit.unit), float(unit.benign_errors_total)
+
+
+def _gpu_memory_used(snapshot: Snapshot) -> Iterator[Sample]:
+    for host in snapshot.hosts:
+        for gpu in host.gpus:
+            yield (host.host, str(gpu.index), bound_label(gpu.uuid)), float(gpu.memory_used_bytes)
+
+
+def _gpu_memory_total(snapshot: Snapshot) -> Iterator[Sample]:
+    for host in snapshot.hosts:
+        for gpu in host.gpus:
+            labels = (host.host, str(gpu.index), bound_label(gpu.uuid))
+            yield labels, float(gpu.memory_total_bytes)
+
+
+def _gpu_info(snapshot: Snapshot) -> Iterator[Sample]:
+    for host in snapshot.hosts:
+        for gpu in host.gpus:
+            labels = (host.host, str(gpu.index), bound_label(gpu.uuid), bound_label(gpu.name))
+            yield labels, 1.0
+
+
+def _collector_up(snapshot: Snapshot) -> Iterator[Sample]:
+    for host in snapshot.hosts:
+        for name, state in sorted(host.collectors.items()):
+            yield (host.host, name), 1.0 if state.up else 0.0
+
+
+def _collector_reconnects(snapshot: Snapshot) -> Iterator[Sample]:
+    for host in snapshot.hosts:
+        for name, state in sorted(host.collectors.items()):
+            yield (host.host, name), float(state.reconnects_total)
+
+
+def _records_skipped(snapshot: Snapshot) -> Iterator[Sample]:
+    for host in snapshot.hosts:
+        for reason, count in sorted(host.records_skipped.items()):
+            yield (host.host, reason), float(count)
+
+
+def _build_info(snapshot: Snapshot) -> Iterator[Sample]:
+    yield (__version__,), 1.0
+
+
+_G = MetricType.GAUGE
+_C = MetricType.COUNTER
+_HU = ("host", "unit")
+
+METRICS: tuple[MetricDefinition, ...] = (
+    MetricDefinition(
+        "vllm_sentinel_unit_phase",
+        _G,
+        "1 for the phase the unit's current incarnation is in, 0 for every other phase.",
+        (*_HU, "phase"),
+        _unit_phase,
+    ),
+    MetricDefinition(
+        "vllm_sentinel_unit_phase_seconds",
+        _G,
+        "Seconds the current incarnation has spent in its current phase, at snapshot time.",
+        _HU,
+        _unit_phase_seconds,
+    ),
+    MetricDefinition(
+        "vllm_sentinel_unit_phase_entered_timestamp_seconds",
+        _G,
+        "When the current phase began (log time).",
+        _HU,
+        _unit_phase_entered,
+    ),
+    MetricDefinition(
+        "vllm_sentinel_unit_incarnation_started_timestamp_seconds",
+        _G,
+        "When the current incarnation began (log time).",
+        _HU,
+        _unit_incarnation_started,
+    ),
+    MetricDefinition(
+        "vllm_sentinel_unit_incarnation_info",
+        _G,
+        "Always 1: facts about the current incarnation (empty string when unknown).",
+        (*_HU, "invocation_id", "vllm_version", "model", "tensor_parallel_size"),
+        _unit_incarnation_info,
+    ),
+    MetricDefinition(
+        "vllm_sentinel_unit_starts_total",
+        _C,
+        "Incarnations of the unit seen since the daemon started.",
+        _HU,
+        _unit_starts,
+    ),
+    MetricDefinition(
+        "vllm_sentinel_unit_crashes_total",
+        _C,
+        "Crashes of the unit by root cause (every cause is present, 0 until seen).",
+        (*_HU, "cause"),
+        _unit_crashes,
+    ),
+    MetricDefinition(
+        "vllm_sentinel_unit_last_crash_info",
+        _G,
+        "Always 1: the unit's last crash, its root cause and the phase it crashed in.",
+        (*_HU, "cause", "phase", "exception", "message"),
+        _unit_last_crash_info,
+    ),
+    MetricDefinition(
+        "vllm_sentinel_unit_last_crash_timestamp_seconds",
+        _G,
+        "When the unit last crashed (log time).",
+        _HU,
+        _unit_last_crash_timestamp,
+    ),
+    MetricDefinition(
+        "vllm_sentinel_unit_phase_duration_seconds",
+        _G,
+        "Seconds each startup phase took in the latest incarnation that passed it.",
+        (*_HU, "phase"),
+        _unit_phase_duration,
+    ),
+    MetricDefinition(
+        "vllm_sentinel_unit_startup_duration_seconds",
+        _G,
+        "Seconds from start to ready of the latest incarnation that became ready.",
+        _HU,
+        _unit_startup_duration,
+    ),
+    MetricDefinition(
+        "vllm_sentinel_unit_weights_loaded_ratio",
+        _G,
+        "Checkpoint shards loaded over shards in total in the current incarnation, 0 to 1.",
+        _HU,
+        _unit_weights_loaded_ratio,
+    ),
+    MetricDefinition(
+        "vllm_sentinel_unit_model_weights_bytes",
+        _G,
+        "Bytes of model weights the current incarnation loaded, from vLLM's own report.",
+        _HU,
+        _unit_model_weights_bytes,
+    ),
+    MetricDefinition(
+        "vllm_sentinel_unit_kv_cache_tokens",
+        _G,
+        "Tokens the current incarnation's GPU KV cache holds, from vLLM's own report.",
+        _HU,
+        _unit_kv_cache_tokens,
+    ),
+    MetricDefinition(
+        "vllm_sentinel_unit_gpu_memory_used_bytes",
+        _G,
+        "Bytes of GPU memory the unit's processes hold, per GPU.",
+        (*_HU, "gpu"),
+        _unit_gpu_memory_used,
+    ),
+    MetricDefinition(
+        "vllm_sentinel_unit_last_progress_timestamp_seconds",
+        _G,
+        "When the unit last made progress: a log record or GPU memory growth.",
+        _HU,
+        _unit_last_progress,
+    ),
+    MetricDefinition(
+        "vllm_sentinel_unit_stalled",
+        _G,
+        "1 while the unit is stalled in a startup phase, else 0.",
+        _HU,
+        _unit_stalled,
+    ),
+    MetricDefinition(
+        "vllm_sentinel_unit_state_known",
+        _G,
+        "1 when the host's journal collector is up, 0 when the phase shown is the last known.",
+        _HU,
+        _unit_state_known,
+    ),
+    MetricDefinition(
+        "vllm_sentinel_unit_log_records_total",
+        _C,
+        "Log records of the unit by vLLM level (none for lines without a vLLM header).",
+        (*_HU, "level"),
+        _unit_log_records,
+    ),
+    MetricDefinition(
+        "vllm_sentinel_unit_benign_errors_total",
+        _C,
+        "ERROR lines of the unit matched as benign.",
+        _HU,
+        _unit_benign_errors,
+    ),
+    MetricDefinition(
+        "vllm_sentinel_gpu_memory_used_bytes",
+        _G,
+        "Bytes of memory in use on the GPU, by any process.",
+        ("host", "gpu", "uuid"),
+        _gpu_memory_used,
+    ),
+    MetricDefinition(
+        "vllm_sentinel_gpu_memory_total_bytes",
+        _G,
+        "Bytes of memory the GPU has.",
+        ("host", "gpu", "uuid"),
+        _gpu_memory_total,
+    ),
+    MetricDefinition(
+        "vllm_sentinel_gpu_info",
+        _G,
+        "Always 1: the GPU's index, UUID and product name.",
+        ("host", "gpu", "uuid", "name"),
+        _gpu_info,
+    ),
+    MetricDefinition(
+        "vllm_sentinel_collector_up",
+        _G,
+        "1 when the host's collector (journal or gpu) works, else 0.",
+        ("host", "collector"),
+        _collector_up,
+    ),
+    MetricDefinition(
+        "vllm_sentinel_collector_reconnects_total",
+        _C,
+        "Restarts of the host's collector after a failure.",
+        ("host", "collector"),
+        _collector_reconnects,
+    ),
+    MetricDefinition(
+        "vllm_sentinel_records_skipped_total",
+        _C,
+        "Journal records of the host that could not be read, by reason.",
+        ("host", "reason"),
+        _records_skipped,
+    ),
+    MetricDefinition(
+        "vllm_sentinel_build_info",
+        _G,
+        "Always 1: the vllm-sentinel version serving these metrics.",
+        ("version",),
+        _build_info,
+    ),
+)
+"""Every metric family the exporter serves, in exposition order."""
+
+
+def metrics_markdown_table() -> str:
+    """Render the table as the README's markdown table (one row per family)."""
+    lines = ["| Metric | Type | Labels | Meaning |", "| --- | --- | --- | --- |"]
+    for row in METRICS:
+        labels = ", ".join(f"`{label}`" for label in row.labels)
+        lines.append(f"| `{row.name}` | {row.type.value} | {labels} | {row.help} |")
+    return "\n".join(lines) + "\n"

@@ -57,7 +57,11 @@ _log = structlog.get_logger("vllm_sentinel.journal")
 
 @dataclass(frozen=True, slots=True)
 class JournalBatch:
-    """Records read from one host, and the cursor of the last one (``None`` if none had one)."""
+    """Records read from one host, and the cursor of the last one (``None`` if none had one).
+
+    ``backfill`` is True for records of the startup backfill; an empty batch with
+    ``backfill=False`` marks its end.
+    """
 
     host: str
     records: tuple[Record, ...]
@@ -299,6 +303,7 @@ class JournalFollower:
                 detail="the follower continues from the last record read",
             )
         _log.info("journal_backfill_finished", host=self.host, records=count)
+        await emit(JournalBatch(self.host, (), self._cursor, backfill=False))
         self._follow_since = start if self._cursor is None else None
 
     async def _follow(self, emit: Emit) -> None:

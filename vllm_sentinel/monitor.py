@@ -91,6 +91,7 @@ class _Host:
     gpus: tuple[GpuDevice, ...] = ()
     unit_gpu_bytes: dict[str, dict[int, int]] = field(default_factory=dict)
     growth: dict[str, GpuGrowth] = field(default_factory=dict)
+    backfilling: bool = False
 
 
 class Monitor:
@@ -197,6 +198,7 @@ class Monitor:
             host = self._hosts.get(item.host)
             if host is None:
                 return
+            host.backfilling = item.backfill
             feed = host.trackers.feed
             for record in item.records:
                 feed(record)
@@ -211,6 +213,8 @@ class Monitor:
                 host.unit_gpu_bytes.clear()
         else:
             for host in self._hosts.values():
+                if host.backfilling:
+                    continue  # late lines of backfilled crashes may still be on their way
                 for tracker in host.trackers:
                     tracker.advance(item.at)
 

@@ -223,7 +223,11 @@ class UnitTracker:
         return True
 
     def advance(self, now: datetime) -> None:
-        """Let time pass without records: settles crashes older than ``settle_seconds``."""
+        """Let wall-clock time pass: settle crashes that ended ``settle_seconds`` before ``now``.
+
+        The Monitor calls this on its tick, but not while a host's journal is being
+        backfilled: old records would otherwise look settled before their late lines arrive.
+        """
         self._settle_due(now)
 
     def finish(self) -> None:
@@ -795,9 +799,10 @@ class UnitTracker:
         )
 
     def snapshot(self, now: datetime | None = None) -> UnitSnapshot:
-        """Freeze what is known now. ``now`` settles crashes older than ``settle_seconds``."""
-        if now is not None:
-            self._settle_due(now)
+        """Freeze what is known now (a pure query: settling happens in ``feed``/``advance``).
+
+        ``now`` is accepted for symmetry with the Monitor's calls and is not used.
+        """
         incarnations = tuple(self._snapshot_incarnation(item) for item in self._incarnations)
         last_crash = next(
             (item.crash for item in reversed(incarnations) if item.crash is not None),

@@ -108,8 +108,10 @@ class TestIncarnations:
         """Settled after settle_seconds of log time, with the cause the late lines gave."""
         tracker = UnitTracker("vllm-kimi-k25.service", "llm-two", settle_seconds=30)
         _incident(tracker, Journal(), late=True, until=151)
-        assert dict(tracker.snapshot(T0 + timedelta(seconds=151)).crashes_total) == {}
-        settled = tracker.snapshot(T0 + timedelta(seconds=175))
+        tracker.advance(T0 + timedelta(seconds=151))
+        assert dict(tracker.snapshot().crashes_total) == {}
+        tracker.advance(T0 + timedelta(seconds=175))
+        settled = tracker.snapshot()
         assert dict(settled.crashes_total) == {CrashCause.DEPENDENCY_MISMATCH: 1}
         assert settled.starts_total == 2
 

@@ -1,0 +1,120 @@
+"""The daemon following real journal files with the real journalctl, checked over HTTP."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from tests.support.daemon import current_phase, local_config, running_daemon, value
+from tests.support.journal_writer import (
+    MESSAGE_ID_STARTED,
+    JournalWriter,
+    manager_line,
+    service_line,
+    to_realtime_us,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
+
+UNIT = "vllm-kimi-k25.service"
+A = "1" * 32
+B = "2" * 32
+FLASHINFER = ("flashinfer-cubin version (0.6.3) does not match flashinfer version (0.6.4). "
+              "Please install the same version of both packages.")
+
+
+def _tp7(text: str) -> str:
+    return f"\x1b[1;36m(Worker_TP7 pid=221350)\x1b[0;0m ERROR 11-29 10:00:40 [multiproc_executor.py:783] {text}"
+
+
+class Clock:
+    """Log times from ``base`` (default: 30 s ago, so live crashes settle by log time only)."""
+
+    def __init__(self, ago: timedelta = timedelta(seconds=30)) -> None:
+        self.base = datetime.now(UTC) - ago
+
+    def us(self, seconds: float) -> int:
+        return to_realtime_us(self.base + timedelta(seconds=seconds))
+
+
+async def test_flashinfer_incident_step_by_step(journal_writer: JournalWriter, tmp_path: Path) -> None:
+    """Crash, restart, late lines of the dead incarnation, benign ERROR, load: /metrics at each step."""
+    clock = Clock()
+    write = journal_writer.write_and_flush
+    write([manager_line(UNIT, A, f"Started {UNIT} - vLLM Kimi K2.5.", MESSAGE_ID_STARTED, clock.us(0)),
+           service_line(UNIT, A, 221200, "(Worker_TP0 pid=221343) INFO 11-29 10:00:21 [gpu_model_runner.py:3425] Starting to load model /shared/kimi-k2.5-nvfp4...", clock.us(21))])
+    journal_writer.wait_until_readable(2)
+    config = local_config(journal_writer.path.parent, tmp_path / "state")
+    async with running_daemon(config) as daemon:
+        samples = await daemon.wait_for(lambda s: current_phase(s, UNIT) == "loading_weights", what="loading")
+        assert value(samples, "vllm_sentinel_unit_starts_total", unit=UNIT) == 1
+        assert value(samples, "vllm_sentinel_collector_up", collector="journal") == 1
+
+        write([service_line(UNIT, A, 221200, _tp7(text), clock.us(40)) for text in (
+            "WorkerProc failed to start.", "Traceback (most recent call last):")])
+        write([manager_line(UNIT, A, f"{UNIT}: Main process exited, code=exited, status=1/FAILURE", None, clock.us(80)),
+               manager_line(UNIT, A, f"{UNIT}: Failed with result 'exit-code'.", None, clock.us(80))])
+        samples = await daemon.wait_for(lambda s: current_phase(s, UNIT) == "crashed", what="crashed")
+
+        write([manager_line(UNIT, B, f"Started {UNIT} - vLLM Kimi K2.5.", MESSAGE_ID_STARTED, clock.us(91))])
+        # late delivery: the dead incarnation's last traceback lines arrive after the restart
+        write([service_line(UNIT, A, 221200, _tp7(text), clock.us(40)) for text in (
+            '  File "/usr/lib/python3/dist-packages/vllm/v1/executor/multiproc_executor.py", line 783, in worker_main',
+            "    self.worker.load_model()", f"RuntimeError: {FLASHINFER}")])
+        write([service_line(UNIT, B, 222500, "(APIServer pid=222500) ERROR 11-29 10:01:40 [gpt_oss_triton_kernels_moe.py:60] Failed to import Triton kernels. Please make sure your triton version is compatible. Error: cannot import name 'SparseMatrix' from 'triton_kernels.tensor'", clock.us(100)),
+               service_line(UNIT, B, 222500, "(Worker_TP0 pid=222636) INFO 11-29 10:01:52 [gpu_model_runner.py:3425] Starting to load model /shared/kimi-k2.5-nvfp4...", clock.us(112)),
+               service_line(UNIT, B, 222500, "(Worker_TP0 pid=222636) \rLoading safetensors checkpoint shards:  50% Completed | 32/64 [04:30<04:30, 8.4s/it]", clock.us(382))])
+        samples = await daemon.wait_for(
+            lambda s: value(s, "vllm_sentinel_unit_weights_loaded_ratio", unit=UNIT) == 0.5, what="ratio")
+        assert current_phase(samples, UNIT) == "loading_weights"
+        assert value(samples, "vllm_sentinel_unit_phase_entered_timestamp_seconds", unit=UNIT) == pytest.approx(
+            (clock.base + timedelta(seconds=112)).timestamp())
+        assert value(samples, "vllm_sentinel_unit_starts_total", unit=UNIT) == 2
+        assert value(samples, "vllm_sentinel_unit_benign_errors_total", unit=UNIT) == 1
+        assert value(samples, "vllm_sentinel_unit_last_crash_info", unit=UNIT, cause="dependency_mismatch",
+                     exception="RuntimeError", phase="loading_weights") == 1
+        info = [labels for (name, labels), _ in samples.items() if name == "vllm_sentinel_unit_incarnation_info"]
+        assert [dict(labels)["invocation_id"] for labels in info] == [B]
+        status = await daemon.status()
+        (unit,) = status["units"]
+        first, second = unit["incarnations"]
+        assert (first["id"], first["outcome"], first["crash"]["message"]) == (A, "crashed", FLASHINFER)
+        assert (second["id"], second["outcome"]) == (B, "running")
+        # settling: the crash is counted once, under the cause the late lines gave
+        write([service_line(UNIT, B, 222500, "(Worker_TP0 pid=222636) INFO 11-29 10:02:52 [default_loader.py:291] Loading weights took 538.20 seconds", clock.us(650))])
+        samples = await daemon.wait_for(
+            lambda s: value(s, "vllm_sentinel_unit_crashes_total", unit=UNIT, cause="dependency_mismatch") == 1,
+            what="crash counted")
+        assert sum(v for (n, _), v in samples.items() if n == "vllm_sentinel_unit_crashes_total") == 1
+
+
+async def test_restart_resumes_from_cursor(journal_writer: JournalWriter, tmp_path: Path) -> None:
+    """Records written while the daemon was down are applied exactly once after it restarts."""
+    clock = Clock(timedelta(minutes=15))
+    write = journal_writer.write_and_flush
+    write([manager_line(UNIT, A, f"Started {UNIT}.", MESSAGE_ID_STARTED, clock.us(0))])
+    journal_writer.wait_until_readable(1)
+    config = local_config(journal_writer.path.parent, tmp_path / "state")
+    async with running_daemon(config) as daemon:
+        await daemon.wait_for(lambda s: current_phase(s, UNIT) == "starting", what="starting")
+    cursor_file = tmp_path / "state" / "llm-two.cursor"
+    assert cursor_file.exists()
+    # while the daemon is down: a crash and a restart
+    write([service_line(UNIT, A, 7, "INFO 11-29 10:00:21 [gpu_model_runner.py:1] Starting to load model m...", clock.us(10)),
+           service_line(UNIT, A, 7, "ERROR 11-29 10:00:30 [core.py:1] EngineCore failed to start.", clock.us(20)),
+           service_line(UNIT, A, 7, "ERROR 11-29 10:00:30 [core.py:1] Traceback (most recent call last):", clock.us(20)),
+           service_line(UNIT, A, 7, "ERROR 11-29 10:00:30 [core.py:1] torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.", clock.us(20)),
+           manager_line(UNIT, A, f"{UNIT}: Main process exited, code=exited, status=1/FAILURE", None, clock.us(21)),
+           manager_line(UNIT, B, f"Started {UNIT}.", MESSAGE_ID_STARTED, clock.us(30))])
+    journal_writer.wait_until_readable(7)
+    async with running_daemon(config) as daemon:
+        samples = await daemon.wait_for(
+            lambda s: value(s, "vllm_sentinel_unit_crashes_total", unit=UNIT, cause="cuda_oom") == 1,
+            what="crash while down counted")
+        assert current_phase(samples, UNIT) == "starting"
+        assert value(samples, "vllm_sentinel_unit_starts_total", unit=UNIT) == 2
+        levels = {dict(labels)["level"]: v for (n, labels), v in samples.items()
+                  if n == "vllm_sentinel_unit_log_records_total"}
+        assert levels["error"] == 3 and levels["info"] == 1

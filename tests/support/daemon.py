@@ -1,0 +1,132 @@
+"""Run the real daemon in-process for tests, and read its /metrics and /status over HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import time
+import urllib.request
+from collections.abc import AsyncIterator, Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import orjson
+from prometheus_client.parser import text_string_to_metric_families
+
+from vllm_sentinel.config import Config, parse_config
+from vllm_sentinel.daemon import Daemon
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def local_config(journal_dir: Path, state_dir: Path, *, host: str = "llm-two", extra: str = "",
+                 units: str = '["vllm-*.service"]', port: int | None = None) -> Config:
+    """A config that follows ``journal_dir`` as a local host without GPU collection."""
+    return parse_config(
+        f"""
+[exporter]
+listen = "127.0.0.1:{port or free_port()}"
+[defaults]
+state_directory = "{state_dir}"
+cursor_flush_interval_seconds = 0.2
+{extra}
+[[hosts]]
+name = "{host}"
+local = true
+units = {units}
+journalctl_args = ["--directory={journal_dir}"]
+gpu = "none"
+"""
+    )
+
+
+def parse_metrics(text: str) -> Samples:
+    """Exposition text → {(sample name, labels): value}."""
+    samples: Samples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            samples[(sample.name, frozenset(sample.labels.items()))] = sample.value
+    return samples
+
+
+def value(samples: Samples, name: str, **labels: str) -> float | None:
+    """The value of the one sample named ``name`` whose labels include ``labels``."""
+    found = [v for (n, ls), v in samples.items() if n == name and set(labels.items()) <= ls]
+    if len(found) > 1:
+        raise AssertionError(f"{name}{labels} matches {len(found)} samples")
+    return found[0] if found else None
+
+
+def current_phase(samples: Samples, unit: str) -> str | None:
+    """The phase whose one-hot gauge is 1 for ``unit``."""
+    for (name, labels), sample in samples.items():
+        if name == "vllm_sentinel_unit_phase" and ("unit", unit) in labels and sample == 1:
+            return dict(labels)["phase"]
+    return None
+
+
+class RunningDaemon:
+    """A ``Daemon`` running as a task in the test's event loop."""
+
+    def __init__(self, daemon: Daemon, task: asyncio.Task[int]) -> None:
+        self.daemon = daemon
+        self.task = task
+
+    @property
+    def url(self) -> str:
+        assert self.daemon.http is not None
+        return f"http://{self.daemon.http.host}:{self.daemon.http.port}"
+
+    async def get(self, path: str) -> bytes:
+        def fetch() -> bytes:
+            with urllib.request.urlopen(self.url + path, timeout=10) as response:  # noqa: S310
+                return bytes(response.read())
+
+        return await asyncio.to_thread(fetch)
+
+    async def metrics(self) -> Samples:
+        return parse_metrics((await self.get("/metrics")).decode())
+
+    async def status(self) -> Mapping[str, Any]:
+        return dict(orjson.loads(await self.get("/status")))
+
+    async def wait_for(
+        self, predicate: Callable[[Samples], bool], timeout: float = 20.0, what: str = ""
+    ) -> Samples:
+        """Poll /metrics until ``predicate`` holds (deadline, no fixed sleep)."""
+        deadline = time.monotonic() + timeout
+        samples: Samples = {}
+        while time.monotonic() < deadline:
+            samples = await self.metrics()
+            if predicate(samples):
+                return samples
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"timed out waiting for {what or predicate}: last scrape had "
+                             f"{sorted({n for n, _ in samples})[:40]}")
+
+
+@contextlib.asynccontextmanager
+async def running_daemon(config: Config, config_path: Path | None = None) -> AsyncIterator[RunningDaemon]:
+    """Start the daemon; stop it (as SIGTERM would) and wait for it on the way out."""
+    daemon = Daemon(config, config_path)
+    task = asyncio.create_task(daemon.run())
+    deadline = time.monotonic() + 10
+    while daemon.http is None:
+        if task.done():
+            task.result()
+        if time.monotonic() > deadline:
+            raise TimeoutError("daemon did not start its HTTP server")
+        await asyncio.sleep(0.01)
+    try:
+        yield RunningDaemon(daemon, task)
+    finally:
+        daemon.request_stop()
+        await asyncio.wait_for(task, 30)

@@ -1,0 +1,451 @@
+"""Poll GPU memory per device and per process (edge: asyncio).
+
+* ``NvmlReader`` asks NVML on this machine (pynvml, every call through ``asyncio.to_thread``).
+* ``NvidiaSmiReader`` runs the two ``nvidia-smi`` CSV queries through a ``Transport`` (a
+  remote host over SSH, or this one) and parses them with ``nvidia_smi`` (core).
+* ``CgroupReader`` reads ``/proc/PID/cgroup`` for the PIDs a reading shows, locally or
+  through a transport in one command per batch, so that ``attribution`` (core) can name
+  each process's unit.
+* ``GpuPoller`` calls a reader every ``interval_seconds`` and hands each ``GpuReading`` to
+  ``emit``. A failing read sets its ``CollectorState`` down with a bounded reason, logs
+  ``gpu_collector_down`` once, and is retried with capped exponential backoff and jitter
+  (tenacity); the first good read after that logs ``gpu_collector_up`` once. A host without
+  NVIDIA driver ends down with reason ``NVMLError_LibraryNotFound`` and the rest of the
+  daemon carries on.
+
+Nothing here reads the wall clock or sleeps directly: ``now`` and ``sleep`` are injected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import random as random_module
+import re
+import threading
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+import structlog
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type
+from tenacity.wait import wait_base
+
+from vllm_sentinel.attribution import parse_cgroup
+from vllm_sentinel.errors import GpuCollectorError, TransportError
+from vllm_sentinel.nvidia_smi import (
+    QUERY_APPS_ARGV,
+    QUERY_GPUS_ARGV,
+    parse_compute_apps,
+    parse_gpus,
+)
+from vllm_sentinel.snapshot import CollectorState, GpuDevice, GpuProcess, GpuReading
+from vllm_sentinel.transport import Transport
+
+__all__ = [
+    "REASON_INTERNAL_ERROR",
+    "REASON_STARTING",
+    "BackoffWait",
+    "CgroupReader",
+    "GpuPoller",
+    "GpuReader",
+    "NvidiaSmiReader",
+    "NvmlReader",
+]
+
+REASON_STARTING = "starting"
+"""The poller has not finished its first read yet."""
+REASON_INTERNAL_ERROR = "internal_error"
+"""A read raised something no reader raises on purpose (a bug): logged with its traceback."""
+
+_REASON = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
+_HINTS: Mapping[str, str] = {
+    "NVMLError_LibraryNotFound": (
+        "libnvidia-ml.so.1 is not installed (no NVIDIA driver on this host): GPU memory is "
+        "not collected, everything else keeps working"
+    ),
+    "NVMLError_DriverNotLoaded": "the NVIDIA kernel driver is not loaded",
+    "NVMLError_NoPermission": "NVML refused access: run as a user allowed to use the GPUs",
+    "NVMLError_GpuIsLost": "a GPU fell off the bus; NVML is re-initialised on the next try",
+}
+_log = structlog.get_logger("vllm_sentinel.gpu")
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class GpuReader(Protocol):
+    """Reads every GPU of one host once per call."""
+
+    async def read(self) -> GpuReading:
+        """Return one reading; ``GpuCollectorError`` when the GPUs cannot be read."""
+        ...
+
+    async def close(self) -> None:
+        """Release what the reader holds (NVML, connections are the transport's)."""
+        ...
+
+
+class NvmlReader:
+    """GPU memory through NVML on this machine.
+
+    NVML is initialised on the first read and shut down by ``close``. After an NVML error it
+    is shut down and initialised again on the next read, so a reloaded driver or a GPU that
+    came back is picked up. Device memory is ``nvmlDeviceGetMemoryInfo`` version 2 where the
+    driver has it (``used`` then excludes the driver's reserve, as nvidia-smi does), else
+    version 1. A process whose memory NVML cannot give is left out.
+
+    Args:
+        nvml: the pynvml module, or a fake with the same functions and error classes
+            (``import pynvml`` when ``None``).
+        now: the clock stamping each reading.
+    """
+
+    def __init__(self, nvml: Any = None, *, now: Callable[[], datetime] = _utc_now) -> None:
+        self._nvml: Any = nvml if nvml is not None else importlib.import_module("pynvml")
+        self._now = now
+        self._lock = threading.Lock()
+        self._initialized = False
+        self._memory_v2: bool | None = None
+
+    async def read(self) -> GpuReading:
+        devices, processes = await asyncio.to_thread(self._read_blocking)
+        return GpuReading(devices=devices, processes=processes, at=self._now())
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self._shutdown_blocking)
+
+    def _read_blocking(self) -> tuple[tuple[GpuDevice, ...], tuple[GpuProcess, ...]]:
+        nvml = self._nvml
+        with self._lock:
+            try:
+                if not self._initialized:
+                    nvml.nvmlInit()
+                    self._initialized = True
+                return self._query(nvml)
+            except nvml.NVMLError as error:
+                self._shutdown_locked()
+                raise GpuCollectorError(type(error).__name__, str(error)) from error
+
+    def _query(self, nvml: Any) -> tuple[tuple[GpuDevice, ...], tuple[GpuProcess, ...]]:
+        devices: list[GpuDevice] = []
+        processes: list[GpuProcess] = []
+        for index in range(int(nvml.nvmlDeviceGetCount())):
+            handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            uuid = _text(nvml.nvmlDeviceGetUUID(handle))
+            used, total = self._memory(nvml, handle)
+            devices.append(
+                GpuDevice(
+                    index=index,
+                    uuid=uuid,
+                    name=_text(nvml.nvmlDeviceGetName(handle)),
+                    memory_used_bytes=used,
+                    memory_total_bytes=total,
+                )
+            )
+            try:
+                running = nvml.nvmlDeviceGetComputeRunningProcesses(handle)
+            except nvml.NVMLError_NotSupported:
+                running = []
+            for info in running:
+                used_bytes = getattr(info, "usedGpuMemory", None)
+                if used_bytes is None:
+                    continue
+                processes.append(GpuProcess(uuid, int(info.pid), int(used_bytes)))
+        return tuple(devices), tuple(processes)
+
+    def _memory(self, nvml: Any, handle: object) -> tuple[int, int]:
+        version = getattr(nvml, "nvmlMemory_v2", None)
+        if version is not None and self._memory_v2 is not False:
+            try:
+                memory = nvml.nvmlDeviceGetMemoryInfo(handle, version=version)
+            except (
+                nvml.NVMLError_FunctionNotFound,
+                nvml.NVMLError_NotSupported,
+                nvml.NVMLError_ArgumentVersionMismatch,
+            ):
+                self._memory_v2 = False
+            else:
+                self._memory_v2 = True
+                return int(memory.used), int(memory.total)
+        memory = nvml.nvmlDeviceGetMemoryInfo(handle)
+        return int(memory.used), int(memory.total)
+
+    def _shutdown_blocking(self) -> None:
+        with self._lock:
+            self._shutdown_locked()
+
+    def _shutdown_locked(self) -> None:
+        if not self._initialized:
+            return
+        self._initialized = False
+        try:
+            self._nvml.nvmlShutdown()
+        except self._nvml.NVMLError:
+            _log.debug("nvml_shutdown_failed")
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
+
+
+class NvidiaSmiReader:
+    """GPU memory from ``nvidia-smi`` CSV queries run through a transport.
+
+    A transport failure becomes ``GpuCollectorError`` with the transport's reason
+    (``timeout``, ``command_failed`` …). Output lines that do not parse are dropped and
+    counted in ``lines_skipped`` by reason.
+    """
+
+    def __init__(
+        self,
+        transport: Transport,
+        *,
+        timeout_seconds: float = 10.0,
+        now: Callable[[], datetime] = _utc_now,
+    ) -> None:
+        self._transport = transport
+        self._timeout = timeout_seconds
+        self._now = now
+        self.lines_skipped: Counter[str] = Counter()
+
+    async def read(self) -> GpuReading:
+        try:
+            gpus_output = await self._transport.run(QUERY_GPUS_ARGV, self._timeout)
+            apps_output = await self._transport.run(QUERY_APPS_ARGV, self._timeout)
+        except TransportError as error:
+            raise GpuCollectorError(error.reason, error.detail) from error
+        gpus = parse_gpus(gpus_output)
+        apps = parse_compute_apps(apps_output)
+        self.lines_skipped.update(gpus.skipped)
+        self.lines_skipped.update(apps.skipped)
+        return GpuReading(devices=gpus.rows, processes=apps.rows, at=self._now())
+
+    async def close(self) -> None:
+        return None
+
+
+class CgroupReader:
+    """``/proc/PID/cgroup`` of many processes, from this machine or through a transport.
+
+    Locally the files are read under ``proc_root`` in a worker thread. Through a transport,
+    each batch of PIDs is one command, ``sh -c 'grep -Hs "" "$@"; exit 0' sh /proc/P/cgroup…``:
+    every line comes back prefixed with its file, and a PID that exited in the meantime is
+    simply missing (PIDs are integers, and the paths travel as arguments, not as script).
+    A vanished or unreadable PID is left out of the result; a transport failure raises
+    ``GpuCollectorError`` with the transport's reason.
+    """
+
+    _SCRIPT = 'grep -Hs "" "$@"; exit 0'
+
+    def __init__(
+        self,
+        transport: Transport | None = None,
+        *,
+        proc_root: str = "/proc",
+        timeout_seconds: float = 10.0,
+        batch_size: int = 256,
+    ) -> None:
+        self._transport = transport
+        self._proc_root = proc_root.rstrip("/") or "/"
+        self._timeout = timeout_seconds
+        self._batch_size = max(1, batch_size)
+
+    async def read(self, pids: Iterable[int]) -> dict[int, str]:
+        """Return PID → the text of its cgroup file, for the PIDs that could be read."""
+        wanted = sorted({pid for pid in pids if pid > 0})
+        if not wanted:
+            return {}
+        if self._transport is None:
+            return await asyncio.to_thread(self._read_local, wanted)
+        texts: dict[int, str] = {}
+        for start in range(0, len(wanted), self._batch_size):
+            batch = wanted[start : start + self._batch_size]
+            texts.update(await self._read_remote(self._transport, batch))
+        return texts
+
+    async def read_units(self, pids: Iterable[int]) -> dict[int, str]:
+        """Return PID → systemd unit, for the PIDs whose cgroup names one."""
+        units: dict[int, str] = {}
+        for pid, text in (await self.read(pids)).items():
+            unit = parse_cgroup(text)
+            if unit is not None:
+                units[pid] = unit
+        return units
+
+    def _read_local(self, pids: list[int]) -> dict[int, str]:
+        texts: dict[int, str] = {}
+        for pid in pids:
+            try:
+                texts[pid] = Path(self._proc_root, str(pid), "cgroup").read_text(
+                    encoding="utf-8", errors="replace"
+                )
+            except OSError:  # exited (ENOENT, ESRCH) or hidden (EACCES)
+                continue
+        return texts
+
+    async def _read_remote(self, transport: Transport, pids: list[int]) -> dict[int, str]:
+        paths = [f"{self._proc_root}/{pid}/cgroup" for pid in pids]
+        argv = ["sh", "-c", self._SCRIPT, "sh", *paths]
+        try:
+            output = await transport.run(argv, self._timeout)
+        except TransportError as error:
+            raise GpuCollectorError(error.reason, error.detail) from error
+        prefix = re.compile(re.escape(self._proc_root) + r"/(\d+)/cgroup:(.*)")
+        lines: dict[int, list[str]] = {}
+        for line in output.decode("utf-8", errors="replace").splitlines():
+            match = prefix.fullmatch(line)
+            if match is not None:
+                lines.setdefault(int(match.group(1)), []).append(match.group(2))
+        return {pid: "\n".join(text) + "\n" for pid, text in lines.items()}
+
+
+class BackoffWait(wait_base):
+    """Capped exponential backoff with jitter, as a tenacity wait strategy.
+
+    Attempt ``n`` waits ``min(maximum, initial · 2^(n-1)) · (1 - jitter_ratio · r)`` with
+    ``r`` from ``random`` in [0, 1): never above the cap, never below ``1 - jitter_ratio`` of
+    it, so many hosts failing together do not retry in step.
+    """
+
+    def __init__(
+        self,
+        initial_seconds: float,
+        maximum_seconds: float,
+        *,
+        jitter_ratio: float = 0.2,
+        random: Callable[[], float] | None = None,
+    ) -> None:
+        self.initial_seconds = initial_seconds
+        self.maximum_seconds = maximum_seconds
+        self.jitter_ratio = min(max(jitter_ratio, 0.0), 1.0)
+        # Jitter only spreads retries out; it needs no cryptographic randomness.
+        self._random = random if random is not None else random_module.Random().random  # noqa: S311
+
+    def __call__(self, retry_state: RetryCallState) -> float:
+        exponent = min(max(retry_state.attempt_number - 1, 0), 62)
+        base = min(self.maximum_seconds, self.initial_seconds * float(2**exponent))
+        return max(0.0, base * (1.0 - self.jitter_ratio * self._random()))
+
+
+class GpuPoller:
+    """Polls one host's GPUs until cancelled; owns its reader and closes it on the way out.
+
+    Args:
+        host: the host label for logs.
+        reader: where readings come from.
+        interval_seconds: the pause after each good reading.
+        now: the clock for ``CollectorState.since``.
+        sleep: awaited for every pause (tests pass a fake that returns at once).
+        wait: the tenacity wait strategy between failed reads (``BackoffWait`` of
+            ``backoff_initial_seconds`` … ``backoff_max_seconds`` by default).
+    """
+
+    def __init__(
+        self,
+        host: str,
+        reader: GpuReader,
+        interval_seconds: float,
+        *,
+        now: Callable[[], datetime] = _utc_now,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        backoff_initial_seconds: float = 1.0,
+        backoff_max_seconds: float = 60.0,
+        wait: wait_base | None = None,
+    ) -> None:
+        self.host = host
+        self._reader = reader
+        self._interval = interval_seconds
+        self._now = now
+        self._sleep = sleep
+        self._wait = (
+            wait if wait is not None else BackoffWait(backoff_initial_seconds, backoff_max_seconds)
+        )
+        self._state = CollectorState(up=False, since=None, reason=REASON_STARTING)
+
+    @property
+    def state(self) -> CollectorState:
+        """The collector's health now (a frozen value, replaced on every change)."""
+        return self._state
+
+    async def run(self, emit: Callable[[GpuReading], Awaitable[None]]) -> None:
+        """Read, emit, pause, forever; failed reads are retried with backoff."""
+        try:
+            while True:
+                reading = await self._read_with_retry()
+                self._mark_up(reading)
+                await emit(reading)
+                await self._sleep(self._interval)
+        finally:
+            await self._reader.close()
+
+    async def _read_with_retry(self) -> GpuReading:
+        retrying = AsyncRetrying(
+            sleep=self._sleep,
+            wait=self._wait,
+            retry=retry_if_exception_type(Exception),
+            before_sleep=self._mark_down,
+            reraise=True,
+        )
+        reading: GpuReading | None = None
+        async for attempt in retrying:
+            with attempt:
+                reading = await self._reader.read()
+        assert reading is not None
+        return reading
+
+    def _mark_down(self, retry_state: RetryCallState) -> None:
+        outcome = retry_state.outcome
+        error = outcome.exception() if outcome is not None else None
+        reason, detail = _reason_of(error)
+        if not self._state.up and self._state.reason == reason:
+            return
+        self._state = CollectorState(
+            up=False,
+            since=self._now(),
+            reason=reason,
+            reconnects_total=self._state.reconnects_total,
+        )
+        next_action = retry_state.next_action
+        fields: dict[str, object] = {
+            "host": self.host,
+            "collector": "gpu",
+            "reason": reason,
+            "detail": detail,
+            "retry_in_seconds": round(next_action.sleep, 3) if next_action else None,
+        }
+        if reason in _HINTS:
+            fields["hint"] = _HINTS[reason]
+        if reason == REASON_INTERNAL_ERROR and error is not None:
+            _log.error("gpu_collector_down", exc_info=error, **fields)
+        else:
+            _log.warning("gpu_collector_down", **fields)
+
+    def _mark_up(self, reading: GpuReading) -> None:
+        if self._state.up:
+            return
+        recovered = self._state.reason != REASON_STARTING
+        reconnects = self._state.reconnects_total + (1 if recovered else 0)
+        self._state = CollectorState(
+            up=True, since=self._now(), reason="", reconnects_total=reconnects
+        )
+        _log.info(
+            "gpu_collector_up",
+            host=self.host,
+            collector="gpu",
+            devices=len(reading.devices),
+            reconnects_total=reconnects,
+        )
+
+
+def _reason_of(error: BaseException | None) -> tuple[str, str]:
+    if isinstance(error, GpuCollectorError | TransportError):
+        reason, detail = error.reason, error.detail
+    else:
+        return REASON_INTERNAL_ERROR, f"{type(error).__name__}: {error}"[:300]
+    if not _REASON.fullmatch(reason):
+        reason = "other"
+    return reason, detail[:300]

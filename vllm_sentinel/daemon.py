@@ -224,7 +224,9 @@ class Daemon:
         if host.gpu is GpuBackend.NVML:
             reader = NvmlReader()
         elif host.gpu is GpuBackend.NVIDIA_SMI:
-            reader = NvidiaSmiReader(transport, timeout_seconds=host.gpu_poll_interval_seconds)
+            reader = NvidiaSmiReader(
+                transport, timeout_seconds=max(3.0, 1.5 * host.gpu_poll_interval_seconds)
+            )
         poller = (
             GpuPoller(host.name, reader, host.gpu_poll_interval_seconds) if reader else None
         )

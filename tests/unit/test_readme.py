@@ -25,3 +25,14 @@ def test_quick_start_has_exactly_two_commands() -> None:
     commands = [line for line in section.splitlines() if line and not line.startswith(("```", " "))
                 and (line.startswith(("pip ", "./", "vllm-sentinel")))]
     assert commands == ["pip install . && vllm-sentinel demo", "./scripts/test"]
+
+
+def test_markers_doc_matches_catalog() -> None:
+    """docs/markers.md's tables are the catalog in code (scripts/build-markers-doc.py)."""
+    import subprocess
+    import sys
+
+    script = README.parent / "scripts" / "build-markers-doc.py"
+    result = subprocess.run([sys.executable, str(script), "--check"], capture_output=True, text=True,
+                            check=False)
+    assert result.returncode == 0, result.stderr

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Build the demo's bundled incidents (``vllm_sentinel/demo/*.jsonl``) from real logs.
+"""Build the demo's bundled incidents (``vllm_sentinel/incidents/*.jsonl``) from real logs.
 
 Each incident is ``journalctl -o json``-shaped: one JSON object per line with
 ``__REALTIME_TIMESTAMP``, ``MESSAGE``, ``_SYSTEMD_UNIT`` / ``UNIT``, invocation ids and PIDs.
@@ -25,7 +25,7 @@ from pathlib import Path
 from vllm_sentinel.text_log import TextLogDecoder
 
 ROOT = Path(__file__).resolve().parent.parent
-OUT = ROOT / "vllm_sentinel" / "demo"
+OUT = ROOT / "vllm_sentinel" / "incidents"
 STARTED = "39f53479d3a045ac8e117862248231bf"
 
 

@@ -1,6 +1,6 @@
 """``vllm-sentinel demo``: real-shaped incidents played through the real engine (edge).
 
-Three bundled incidents (``vllm_sentinel/demo/*.jsonl``, ``journalctl -o json`` lines built from
+Three bundled incidents (``vllm_sentinel/incidents/*.jsonl``, ``journalctl -o json`` lines built from
 real logs by ``scripts/build-demo-data.py``) play at the same time on host ``demo-gpu-01``,
 accelerated, in a loop:
 
@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from importlib import resources
+from types import MappingProxyType
 
 import orjson
 
@@ -62,7 +63,7 @@ INCIDENTS: tuple[DemoIncident, ...] = (
 
 
 def _load(name: str) -> list[dict[str, object]]:
-    text = resources.files("vllm_sentinel.demo").joinpath(name).read_bytes()
+    text = resources.files("vllm_sentinel").joinpath("incidents", name).read_bytes()
     return [orjson.loads(line) for line in text.splitlines() if line.strip()]
 
 
@@ -143,15 +144,15 @@ def demo_gpu_sample(monitor: Monitor, now: datetime, units: Sequence[str]) -> Gp
     return GpuSample(DEMO_HOST, GpuReading(tuple(devices), tuple(processes), now))
 
 
-_DEMO_THRESHOLDS = {
+_DEMO_THRESHOLDS = MappingProxyType({
     Phase.STARTING: 60.0,
     Phase.INITIALIZING: 60.0,
-    Phase.LOADING_WEIGHTS: 20.0,
+    Phase.LOADING_WEIGHTS: 10.0,  # seconds of real time: the stalled load shows within the loop
     Phase.COMPILING: 60.0,
     Phase.PROFILING_KV_CACHE: 60.0,
     Phase.CAPTURING_CUDA_GRAPHS: 60.0,
     Phase.STARTING_API_SERVER: 60.0,
-}
+})
 
 
 async def run_demo(

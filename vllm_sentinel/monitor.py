@@ -127,6 +127,7 @@ class Monitor:
         self._publish_interval = publish_interval_seconds
         self._hosts: dict[str, _Host] = {}
         self._previous: dict[tuple[str, str], tuple[str | None, Phase, Outcome]] = {}
+        self._counted: dict[tuple[str, str], int] = {}
         self.applied_records_total = 0
         for plan in hosts:
             self._hosts[plan.name] = self._new_host(plan)
@@ -290,6 +291,15 @@ class Monitor:
     def _log_changes(self, snapshot: Snapshot) -> None:
         for host in snapshot.hosts:
             for unit in host.units:
+                counted = sum(unit.crashes_total.values())
+                key_counted = (host.host, unit.unit)
+                if counted > self._counted.get(key_counted, 0) and unit.last_crash is not None:
+                    _log.info(
+                        "unit_crash_counted", host=host.host, unit=unit.unit,
+                        invocation_id=unit.last_crash.invocation_id,
+                        cause=unit.last_crash.cause.value, crashes_total=counted,
+                    )
+                self._counted[key_counted] = counted
                 current = unit.current
                 if current is None:
                     continue

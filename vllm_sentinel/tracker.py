@@ -80,6 +80,11 @@ _LOW_LEVELS: Mapping[str, str] = MappingProxyType(
 _NOT_PROCESS_DEATH = ("Exception ignored in", "Exception in thread")
 _STOP_SIGNALS = frozenset({"TERM", "INT", "KILL", "15", "2", "9"})
 _STOP_STATUSES = frozenset({0, 130, 137, 143})
+_END_EVENTS = frozenset({
+    SystemdEvent.MAIN_PROCESS_EXITED, SystemdEvent.UNIT_FAILED, SystemdEvent.UNIT_STOPPED,
+    SystemdEvent.UNIT_DEACTIVATED,
+})
+_UNCONFIRMED_GRACE = 10  # × settle_seconds: how long a journal incarnation waits for systemd
 
 
 @dataclass(slots=True)
@@ -100,6 +105,8 @@ class _Incarnation:
     stop_requested: bool = False
     stop_by_manager: bool = False
     settled: bool = False
+    settle_from: datetime | None = None  # the latest end signal (exit, failure) seen
+    confirmed: bool = False  # systemd (or a newer incarnation) confirmed the end
     has_banner: bool = False
     pids: dict[int, None] = field(default_factory=dict)
     benign_errors: int = 0
@@ -128,6 +135,10 @@ class _Incarnation:
     @property
     def pristine(self) -> bool:
         return self.records == 0 and not self.ended
+
+
+def _evidence_rank(item: Evidence) -> tuple[int, float, int]:
+    return (int(item.kind), item.at.timestamp() if item.at else float("inf"), item.seq)
 
 
 def _float(text: str | None) -> float | None:
@@ -375,6 +386,7 @@ class UnitTracker:
 
     def _supersede(self, previous: _Incarnation) -> None:
         """End an incarnation that a reboot or a newer incarnation replaced."""
+        previous.confirmed = True
         if previous.ended:
             return
         if previous.fatal_pending_at is not None:
@@ -452,6 +464,8 @@ class UnitTracker:
         )
         if incarnation is None:
             return
+        if event in _END_EVENTS:
+            incarnation.confirmed = True
         if event is SystemdEvent.UNIT_STOPPING:
             if not incarnation.ended:
                 incarnation.stop_requested = True
@@ -664,12 +678,12 @@ class UnitTracker:
         message: str,
         time: datetime | None,
     ) -> None:
-        if len(incarnation.evidence) >= _MAX_EVIDENCE:
-            return
         self._seq += 1
-        incarnation.evidence.append(
-            Evidence(cause, kind, exception, message[:1000], time, self._seq)
-        )
+        evidence = incarnation.evidence
+        evidence.append(Evidence(cause, kind, exception, message[:1000], time, self._seq))
+        if len(evidence) > _MAX_EVIDENCE:
+            # keep the best candidates (most direct kind, earliest), whatever their arrival order
+            evidence.remove(max(evidence, key=_evidence_rank))
 
     # --- phase moves ---------------------------------------------------------------------
 
@@ -704,6 +718,10 @@ class UnitTracker:
             self._end(incarnation, Outcome.STOPPED, time)
 
     def _end(self, incarnation: _Incarnation, outcome: Outcome, time: datetime | None) -> None:
+        if time is not None and (
+            incarnation.settle_from is None or time > incarnation.settle_from
+        ):
+            incarnation.settle_from = time  # each end signal restarts the settle window
         if incarnation.ended:
             if (
                 outcome is Outcome.CRASHED
@@ -728,8 +746,12 @@ class UnitTracker:
         if not self._unsettled or now is None:
             return
         for incarnation in list(self._unsettled):
-            ended = incarnation.ended_at
-            if ended is None or now - ended >= self._settle:
+            ended = incarnation.settle_from or incarnation.ended_at
+            wait = self._settle
+            if incarnation.id is not None and not incarnation.confirmed:
+                # journal mode: the exit record is still to come, and late lines with it
+                wait = self._settle * _UNCONFIRMED_GRACE
+            if ended is None or now - ended >= wait:
                 self._settle_one(incarnation)
                 self._unsettled.remove(incarnation)
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shlex
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -44,7 +44,7 @@ class Transport(Protocol):
 
     host: str
 
-    def stream(self, argv: Sequence[str]) -> AsyncIterator[bytes]:
+    def stream(self, argv: Sequence[str]) -> AsyncGenerator[bytes, None]:
         """Yield the command's stdout as it comes; closing the iterator stops the command."""
         ...
 
@@ -67,7 +67,7 @@ class LocalTransport:
     def __init__(self, host: str = "localhost") -> None:
         self.host = host
 
-    async def stream(self, argv: Sequence[str]) -> AsyncIterator[bytes]:
+    async def stream(self, argv: Sequence[str]) -> AsyncGenerator[bytes, None]:
         try:
             process = await asyncio.create_subprocess_exec(
                 *argv,
@@ -229,13 +229,17 @@ class SshTransport:
             self._connection = connection
             return connection
 
-    async def stream(self, argv: Sequence[str]) -> AsyncIterator[bytes]:
+    async def stream(self, argv: Sequence[str]) -> AsyncGenerator[bytes, None]:
         connection = await self._connect()
         command = shlex.join(argv)
         try:
             process = await connection.create_process(command, encoding=None)
         except (OSError, asyncssh.Error) as error:
             raise TransportError(self.host, "ssh_channel_failed", _describe(error)) from error
+        # stderr shares the channel's flow-control window with stdout: leaving it unread
+        # stalls stdout once ~2 MiB of stderr are buffered. Drain it, keep only the tail.
+        stderr_tail = bytearray()
+        stderr_task = asyncio.ensure_future(_drain_tail(process, stderr_tail))
         completed = False
         try:
             while True:
@@ -254,8 +258,11 @@ class SshTransport:
             if connection.is_closed() and status is None:
                 raise TransportError(self.host, "ssh_connection_lost", "connection closed")
             if status not in (0, None):
-                stderr = await _read_rest(process)
-                raise TransportError(self.host, "command_failed", f"exit {status}: {_tail(stderr)}")
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(stderr_task), 2.0)
+                raise TransportError(
+                    self.host, "command_failed", f"exit {status}: {_tail(bytes(stderr_tail))}"
+                )
             if status is None:
                 raise TransportError(
                     self.host, "ssh_connection_lost", "channel closed without status"
@@ -265,25 +272,38 @@ class SshTransport:
                 process.close()
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(process.wait_closed(), 5.0)
+            stderr_task.cancel()
+            await asyncio.gather(stderr_task, return_exceptions=True)
 
     async def run(self, argv: Sequence[str], timeout: float) -> bytes:
         connection = await self._connect()
         command = shlex.join(argv)
         try:
-            result = await asyncio.wait_for(
-                connection.run(command, encoding=None, check=False), timeout
-            )
+            process = await connection.create_process(command, encoding=None)
+        except (OSError, asyncssh.Error) as error:
+            raise TransportError(self.host, "ssh_channel_failed", _describe(error)) from error
+        try:
+            stdout, stderr = await asyncio.wait_for(process.communicate(), timeout)
         except TimeoutError as error:
             raise TransportError(self.host, "timeout", f"{argv[0]} after {timeout:g}s") from error
         except (OSError, asyncssh.Error) as error:
             raise TransportError(self.host, "ssh_connection_lost", _describe(error)) from error
-        stdout = result.stdout if isinstance(result.stdout, bytes) else b""
-        if result.exit_status != 0:
-            stderr = result.stderr if isinstance(result.stderr, bytes) else b""
+        finally:
+            # On timeout or cancellation the remote command is still running: closing the
+            # channel makes sshd hang it up and frees the session (OpenSSH MaxSessions=10).
+            process.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(process.wait_closed(), 5.0)
+        status = process.exit_status
+        if status is None:
             raise TransportError(
-                self.host, "command_failed", f"{argv[0]} exit {result.exit_status}: {_tail(stderr)}"
+                self.host, "ssh_connection_lost", f"{argv[0]}: channel closed without exit status"
             )
-        return stdout
+        if status != 0:
+            raise TransportError(
+                self.host, "command_failed", f"{argv[0]} exit {status}: {_tail(stderr or b'')}"
+            )
+        return stdout if isinstance(stdout, bytes) else b""
 
     async def close(self) -> None:
         connection, self._connection = self._connection, None
@@ -293,12 +313,12 @@ class SshTransport:
                 await asyncio.wait_for(connection.wait_closed(), 5.0)
 
 
-async def _read_rest(process: asyncssh.SSHClientProcess[bytes]) -> bytes:
-    try:
-        data = await asyncio.wait_for(process.stderr.read(), 2.0)
-    except (TimeoutError, OSError, asyncssh.Error):
-        return b""
-    return data if isinstance(data, bytes) else b""
+async def _drain_tail(process: asyncssh.SSHClientProcess[bytes], tail: bytearray) -> None:
+    """Read the process's stderr to EOF, keeping only the last ``_STDERR_TAIL`` bytes."""
+    with contextlib.suppress(OSError, asyncssh.Error):
+        while chunk := await process.stderr.read(_READ_SIZE):
+            tail += chunk
+            del tail[:-_STDERR_TAIL]
 
 
 def _expand(path: str) -> str:

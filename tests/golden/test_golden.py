@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -78,3 +79,51 @@ class TestCorpus:
         if update_golden or not golden.exists():
             golden.write_text(text)
         assert text == golden.read_text()
+
+
+JOURNALS = sorted((HERE / "journal").glob("*.jsonl"))
+
+
+def _journal_units(path: Path, until: datetime | None) -> tuple[UnitSnapshot, ...]:
+    lines = path.read_bytes().splitlines(keepends=True)
+    if until is not None:
+        cutoff = int(until.timestamp() * 1_000_000)
+        lines = [line for line in lines if int(json.loads(line)["__REALTIME_TIMESTAMP"]) <= cutoff]
+    return replay([[b"".join(lines)]], reference_year=2026).units
+
+
+@pytest.mark.parametrize("journal", JOURNALS, ids=[path.stem for path in JOURNALS])
+def test_journal_checkpoints(journal: Path) -> None:
+    """Real journalctl JSON: at each checkpoint the incarnations are exactly as expected."""
+    expected = json.loads(journal.with_suffix(".expected.json").read_text())
+    for checkpoint in expected["checkpoints"]:
+        until = datetime.fromisoformat(checkpoint["until"]) if checkpoint["until"] else None
+        (unit,) = _journal_units(journal, until)
+        assert (unit.unit, unit.host) == (expected["unit"], None)
+        assert len(unit.incarnations) == len(checkpoint["incarnations"])
+        for actual, wanted in zip(unit.incarnations, checkpoint["incarnations"], strict=True):
+            document = {
+                "outcome": actual.outcome.value,
+                "phase": actual.phase.value,
+                "furthest_phase": actual.furthest_phase.value,
+                "benign_errors": actual.benign_errors,
+                "vllm_version": actual.vllm_version,
+                "tensor_parallel_size": actual.tensor_parallel_size,
+                "phase_entered_at": actual.phase_entered_at.isoformat().replace("+00:00", "Z")
+                if actual.phase_entered_at else None,
+                "crash": None if actual.crash is None else {
+                    "cause": actual.crash.cause.value, "exception": actual.crash.exception,
+                    "phase": actual.crash.phase.value, "message": actual.crash.message},
+            }
+            for key, value in wanted.items():
+                if key == "crash":
+                    assert document["crash"] is not None
+                    for crash_key, crash_value in value.items():
+                        assert document["crash"][crash_key] == crash_value, crash_key
+                else:
+                    assert document[key] == value, key
+        if "crashes_total" in checkpoint:
+            assert {c.value: n for c, n in unit.crashes_total.items()} == checkpoint["crashes_total"]
+        for key in ("starts_total", "benign_errors_total"):
+            if key in checkpoint:
+                assert getattr(unit, key) == checkpoint[key]

@@ -118,3 +118,28 @@ async def test_restart_resumes_from_cursor(journal_writer: JournalWriter, tmp_pa
         levels = {dict(labels)["level"]: v for (n, labels), v in samples.items()
                   if n == "vllm_sentinel_unit_log_records_total"}
         assert levels["error"] == 3 and levels["info"] == 1
+
+
+async def test_no_gpu_is_reported_not_fatal(journal_writer: JournalWriter, tmp_path: Path) -> None:
+    """Without a GPU, the NVML collector is down with NVMLError_LibraryNotFound; journals still work."""
+    pynvml = pytest.importorskip("pynvml")
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError_LibraryNotFound:
+        pass
+    else:  # a machine with a GPU: this test is about machines without one
+        pynvml.nvmlShutdown()
+        pytest.skip("an NVIDIA driver is present")
+    clock = Clock()
+    journal_writer.write_and_flush([manager_line(UNIT, A, f"Started {UNIT}.", MESSAGE_ID_STARTED, clock.us(0))])
+    journal_writer.wait_until_readable(1)
+    config = local_config(journal_writer.path.parent, tmp_path / "state", gpu="nvml")
+    async with running_daemon(config) as daemon:
+        samples = await daemon.wait_for(
+            lambda s: value(s, "vllm_sentinel_collector_up", collector="gpu") == 0
+            and current_phase(s, UNIT) == "starting", what="gpu down, journal up")
+        assert value(samples, "vllm_sentinel_collector_up", collector="journal") == 1
+        status = await daemon.status()
+        (host,) = status["hosts"]
+        assert host["collectors"]["gpu"]["up"] is False
+        assert host["collectors"]["gpu"]["reason"] == "NVMLError_LibraryNotFound"

@@ -28,7 +28,8 @@ def free_port() -> int:
 
 
 def local_config(journal_dir: Path, state_dir: Path, *, host: str = "llm-two", extra: str = "",
-                 units: str = '["vllm-*.service"]', port: int | None = None) -> Config:
+                 units: str = '["vllm-*.service"]', port: int | None = None,
+                 gpu: str = "none") -> Config:
     """A config that follows ``journal_dir`` as a local host without GPU collection."""
     return parse_config(
         f"""
@@ -43,7 +44,7 @@ name = "{host}"
 local = true
 units = {units}
 journalctl_args = ["--directory={journal_dir}"]
-gpu = "none"
+gpu = "{gpu}"
 """
     )
 

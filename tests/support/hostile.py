@@ -13,12 +13,15 @@
 
 from __future__ import annotations
 
+import itertools
+import os
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from functools import cache
 from pathlib import Path
 
 import orjson
+from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 from vllm_sentinel.phases import Phase
@@ -30,6 +33,7 @@ __all__ = [
     "FAR_FUTURE",
     "FAR_PAST",
     "JOURNAL_FIELDS",
+    "PROPERTY",
     "SYSTEMD_MESSAGES",
     "T0",
     "UNIT",
@@ -51,6 +55,18 @@ UNIT = "vllm-kimi-k25.service"
 T0 = datetime(2026, 11, 28, 23, 35, 0, tzinfo=UTC)
 FAR_FUTURE = datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC)
 FAR_PAST = datetime(1, 1, 1, 0, 0, 1, tzinfo=UTC)
+
+PROPERTY = settings(
+    max_examples=int(
+        os.environ.get(
+            "SENTINEL_PROPERTY_EXAMPLES", "300" if os.environ.get("CI") == "true" else "60"
+        )
+    ),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+"""Hypothesis settings of the property tests: 60 examples locally, 300 in CI
+(``SENTINEL_PROPERTY_EXAMPLES`` overrides both); no deadline (CI machines vary)."""
 
 JOURNAL_FIELDS: tuple[str, ...] = (
     "MESSAGE",
@@ -136,7 +152,7 @@ def chunk(data: bytes, cuts: list[int]) -> list[bytes]:
     if not data:
         return [data]
     points = sorted({cut % (len(data) + 1) for cut in cuts} | {0, len(data)})
-    return [data[a:b] for a, b in zip(points, points[1:], strict=False)] or [data]
+    return [data[a:b] for a, b in itertools.pairwise(points)] or [data]
 
 
 # --- strategies ----------------------------------------------------------------------------
@@ -178,8 +194,9 @@ json_values = st.recursive(
     | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(max_size=50)
     | st.lists(st.integers(-300, 300), max_size=20),
-    lambda children: st.lists(children, max_size=4)
-    | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
     max_leaves=12,
 )
 """Any JSON value orjson can write: what a field may hold when it holds the wrong type."""
@@ -251,8 +268,19 @@ def engine_records(draw: st.DrawFn, max_size: int = 60) -> list[Record]:
         if kind <= 1:
             message, message_id = draw(st.sampled_from(SYSTEMD_MESSAGES))
             records.append(
-                Record(message, realtime, "h", UNIT, invocation, 1, "systemd", 6, cursor,
-                       message_id, True)
+                Record(
+                    message,
+                    realtime,
+                    "h",
+                    UNIT,
+                    invocation,
+                    1,
+                    "systemd",
+                    6,
+                    cursor,
+                    message_id,
+                    True,
+                )
             )
             continue
         if kind <= 6:
@@ -262,9 +290,7 @@ def engine_records(draw: st.DrawFn, max_size: int = 60) -> list[Record]:
         else:
             message = draw(hostile_text)
         pid = draw(st.sampled_from([None, 100, 101, 102, 103, 2**31]))
-        records.append(
-            Record(message, realtime, "h", UNIT, invocation, pid, "python3", 6, cursor)
-        )
+        records.append(Record(message, realtime, "h", UNIT, invocation, pid, "python3", 6, cursor))
     return records
 
 
@@ -338,6 +364,27 @@ def assert_tracker_bounded(
 # --- corpus-shaped journal for the soak ----------------------------------------------------
 
 
+@cache
+def _cycle_templates() -> tuple[tuple[bytes, int], ...]:
+    """Each golden entry as a ``bytes %`` template (tag, realtime, seqnum), its offset in µs."""
+    entries = _golden_entries()
+    base = int(str(entries[0]["__REALTIME_TIMESTAMP"]))
+    templates = []
+    for entry in entries:
+        fields = dict(entry)
+        for key in ("INVOCATION_ID", "_SYSTEMD_INVOCATION_ID"):
+            value = fields.get(key)
+            if isinstance(value, str):
+                fields[key] = "@TAG@" + value[8:]
+        offset = int(str(fields["__REALTIME_TIMESTAMP"])) - base
+        fields["__REALTIME_TIMESTAMP"] = "@RT@"
+        fields["__CURSOR"] = "s=50a4;i=@SEQ@;b=0;m=0;t=0;x=0"
+        text = orjson.dumps(fields).replace(b"%", b"%%")
+        text = text.replace(b"@TAG@", b"%(t)s").replace(b"@RT@", b"%(r)d")
+        templates.append((text.replace(b"@SEQ@", b"%(s)x"), offset))
+    return tuple(templates)
+
+
 def journal_cycle(cycle: int, first_seqnum: int, start: datetime) -> Iterator[bytes]:
     """One incarnation pair of the golden incident, as new ``-o json`` lines.
 
@@ -345,22 +392,10 @@ def journal_cycle(cycle: int, first_seqnum: int, start: datetime) -> Iterator[by
     second load; each cycle gets its own invocation ids, cursors and times (an hour apart per
     cycle), so the tracker sees an endless run of crashes and restarts.
     """
-    entries = _golden_entries()
-    base = int(str(entries[0]["__REALTIME_TIMESTAMP"]))
-    offset_us = int((start - T0).total_seconds() * 1e6) + cycle * 3_600_000_000
-    tag = f"{cycle:08x}"
-    seqnum = first_seqnum
-    for entry in entries:
-        fields = dict(entry)
-        for key in ("INVOCATION_ID", "_SYSTEMD_INVOCATION_ID"):
-            value = fields.get(key)
-            if isinstance(value, str):
-                fields[key] = tag + value[8:]
-        realtime = int(str(fields["__REALTIME_TIMESTAMP"])) - base
-        fields["__REALTIME_TIMESTAMP"] = str(int(T0.timestamp() * 1e6) + offset_us + realtime)
-        fields["__CURSOR"] = f"s=50a4;i={seqnum:x};b=0;m=0;t=0;x=0"
-        seqnum += 1
-        yield orjson.dumps(fields)
+    base_us = int(start.timestamp() * 1_000_000) + cycle * 3_600_000_000
+    tag = b"%08x" % cycle
+    for seqnum, (template, offset) in enumerate(_cycle_templates(), first_seqnum):
+        yield template % {b"t": tag, b"r": base_us + offset, b"s": seqnum}
 
 
 def journal_cycle_length() -> int:

@@ -368,6 +368,7 @@ class DefaultsConfig(BaseModel):
     )
     state_directory: str = Field(default="/var/lib/vllm-sentinel", min_length=1)
     cursor_flush_interval_seconds: float = Field(default=1.0, gt=0, le=3600)
+    unit_discovery_interval_seconds: float = Field(default=30.0, gt=0, le=3600)
     stall_threshold_seconds: StallThresholds = StallThresholds()
 
     @field_validator("benign_patterns", mode="after")

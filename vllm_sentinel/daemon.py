@@ -10,6 +10,15 @@ threads and reads only ``Monitor.latest``.
 Signals: SIGTERM/SIGINT stop cleanly (followers' channels are closed, cursors flushed);
 SIGHUP reloads the config file — hosts and units added or removed without losing the state of
 the others; an invalid new config is refused with a clear error and the old one stays.
+
+**Host down, by construction.** A host that stops answering must show
+``vllm_sentinel_collector_up 0`` within two of its poll intervals (``I`` =
+``gpu_poll_interval_seconds``). The SSH keepalive interval in effect is therefore capped at
+``1.25 × I / (keepalive_count_max + 1)``, so the dead connection is dropped within ``1.25 × I``
+of the last byte the host sent; the tick that publishes the change comes every
+``min(1 s, I / 4)``: ``collector_up`` is 0 within ``1.5 × I``. The GPU collector shares the
+host's connection: while the journal collector is down because the connection was lost (or
+cannot be made), the GPU collector is reported down too, whatever its last poll said.
 """
 
 from __future__ import annotations
@@ -19,7 +28,7 @@ import contextlib
 import os
 import signal
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -35,6 +44,7 @@ from vllm_sentinel.gpu import CgroupReader, GpuPoller, GpuReader, NvidiaSmiReade
 from vllm_sentinel.http import (
     BasicAuthenticator,
     ServerHandle,
+    TlsServerConfig,
     build_ssl_context,
     load_web_config,
     make_app,
@@ -44,13 +54,49 @@ from vllm_sentinel.journal import FollowerSettings, JournalBatch, JournalFollowe
 from vllm_sentinel.monitor import GpuDown, GpuSample, HostPlan, Monitor, Tick
 from vllm_sentinel.report import status_document
 from vllm_sentinel.snapshot import CollectorState, GpuReading
-from vllm_sentinel.transport import LocalTransport, SshTransport, Transport
+from vllm_sentinel.transport import LocalTransport, SshSettings, SshTransport, Transport
 
-__all__ = ["Daemon", "host_plan", "serve_http"]
+__all__ = [
+    "HOST_DOWN_DETECTION_RATIO",
+    "Daemon",
+    "effective_ssh_settings",
+    "host_plan",
+    "serve_http",
+    "tick_interval_seconds",
+]
 
 _log = structlog.get_logger("vllm_sentinel.daemon")
 Item = JournalBatch | GpuSample | GpuDown | Tick
 _QUEUE_SIZE = 4096
+_MAX_TICK_SECONDS = 1.0
+_HOST_STOP_SECONDS = 10.0
+
+HOST_DOWN_DETECTION_RATIO = 1.25
+"""A dead SSH peer is dropped within this many poll intervals (the tick adds at most 1/4)."""
+
+_UNREACHABLE_REASONS = frozenset(
+    {"ssh_connect_failed", "ssh_connection_lost", "ssh_channel_failed", "ssh_auth_failed"}
+)
+"""Journal collector reasons that mean the host itself cannot be reached."""
+
+
+def effective_ssh_settings(host: HostConfig) -> SshSettings | None:
+    """The host's SSH settings, keepalive capped so a dead peer is dropped in 1.25 intervals."""
+    settings = host.ssh_settings()
+    if settings is None:
+        return None
+    budget = HOST_DOWN_DETECTION_RATIO * host.gpu_poll_interval_seconds
+    cap = budget / (settings.keepalive_count_max + 1)
+    configured = settings.keepalive_interval_seconds
+    if configured <= 0 or configured > cap:
+        settings = replace(settings, keepalive_interval_seconds=cap)
+    return settings
+
+
+def tick_interval_seconds(config: Config) -> float:
+    """How often time passes for the Monitor (and the latest state is published)."""
+    shortest = min((host.gpu_poll_interval_seconds for host in config.hosts), default=4.0)
+    return min(_MAX_TICK_SECONDS, shortest / 4)
 
 
 def host_plan(host: HostConfig, config: Config) -> HostPlan:
@@ -79,8 +125,6 @@ def serve_http(
             if ssl_context is None:
                 _log.warning("basic_auth_without_tls", detail="passwords travel in clear text")
     elif exporter.has_tls:
-        from vllm_sentinel.http import TlsServerConfig
-
         ssl_context = build_ssl_context(
             TlsServerConfig(Path(exporter.tls_cert_file), Path(exporter.tls_key_file))
         )
@@ -153,7 +197,9 @@ class Daemon:
         self.monitor.publish()
         self.http = serve_http(self.config, lambda: self.monitor.latest, self.status)
         _log.info(
-            "daemon_started", version=__version__, listen=f"{self.http.host}:{self.http.port}",
+            "daemon_started",
+            version=__version__,
+            listen=f"{self.http.host}:{self.http.port}",
             hosts=[host.name for host in self.config.hosts],
         )
         try:
@@ -179,7 +225,7 @@ class Daemon:
         while not self._stop.is_set():
             reload_wait = asyncio.ensure_future(self._reload.wait())
             stop_wait = asyncio.ensure_future(self._stop.wait())
-            done, pending = await asyncio.wait(
+            _done, pending = await asyncio.wait(
                 {reload_wait, stop_wait}, return_when=asyncio.FIRST_COMPLETED
             )
             for task in pending:
@@ -190,7 +236,7 @@ class Daemon:
 
     async def _tick(self) -> None:
         while True:
-            await asyncio.sleep(1.0)
+            await asyncio.sleep(tick_interval_seconds(self.config))
             await self._queue.put(Tick(self._clock()))
 
     async def _flush_cursors(self) -> None:
@@ -202,7 +248,7 @@ class Daemon:
     # --- hosts ---------------------------------------------------------------------------
 
     def _make_runner(self, host: HostConfig) -> _HostRunner:
-        settings = host.ssh_settings()
+        settings = effective_ssh_settings(host)
         transport: Transport = (
             LocalTransport(host.name) if settings is None else SshTransport(host.name, settings)
         )
@@ -216,20 +262,18 @@ class Daemon:
                 backfill_max_invocations=defaults.backfill_max_invocations,
                 backfill_max_age_seconds=defaults.backfill_max_age_seconds,
                 backfill_max_records=defaults.backfill_max_records,
+                unit_discovery_interval_seconds=defaults.unit_discovery_interval_seconds,
             ),
-            cursor=self._cursors.load(host.name),
+            # after a reload, the cursor applied in this run (not yet flushed) is the newest
+            cursor=self._cursors.marked(host.name) or self._cursors.load(host.name),
             clock=self._clock,
         )
         reader: GpuReader | None = None
         if host.gpu is GpuBackend.NVML:
             reader = NvmlReader()
         elif host.gpu is GpuBackend.NVIDIA_SMI:
-            reader = NvidiaSmiReader(
-                transport, timeout_seconds=max(3.0, 1.5 * host.gpu_poll_interval_seconds)
-            )
-        poller = (
-            GpuPoller(host.name, reader, host.gpu_poll_interval_seconds) if reader else None
-        )
+            reader = NvidiaSmiReader(transport, timeout_seconds=_gpu_query_timeout(host))
+        poller = GpuPoller(host.name, reader, host.gpu_poll_interval_seconds) if reader else None
         return _HostRunner(host, transport, follower, poller)
 
     def _start_host(self, host: HostConfig) -> None:
@@ -239,14 +283,16 @@ class Daemon:
             host.name, "journal", lambda: runner.follower.state, lambda: runner.follower.skipped
         )
         if runner.poller is not None:
-            poller = runner.poller
-            self.monitor.register_collector(host.name, "gpu", lambda: poller.state)
+            self.monitor.register_collector(host.name, "gpu", lambda: _gpu_state(runner))
         runner.task = asyncio.create_task(self._supervise(runner), name=f"host-{host.name}")
 
     async def _supervise(self, runner: _HostRunner) -> None:
         """Run one host's sources forever; a bug restarts the host, never the daemon."""
         name = runner.host.name
-        cgroups = CgroupReader(None if runner.host.local else runner.transport)
+        cgroups = CgroupReader(
+            None if runner.host.local else runner.transport,
+            timeout_seconds=_gpu_query_timeout(runner.host),
+        )
 
         async def emit_gpu(reading: GpuReading) -> None:
             try:
@@ -275,20 +321,25 @@ class Daemon:
         assert runner.poller is not None
         while True:
             await asyncio.sleep(runner.host.gpu_poll_interval_seconds)
-            state: CollectorState = runner.poller.state
+            state = _gpu_state(runner)
             if not state.up and not runner.gpu_down and state.since is not None:
                 runner.gpu_down = True
                 await self._queue.put(GpuDown(runner.host.name))
 
     async def _stop_hosts(self, names: list[str]) -> None:
         runners = [self._runners.pop(name) for name in names if name in self._runners]
+        tasks = {runner.task for runner in runners if runner.task is not None}
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            # asyncio.wait, not wait_for: bounded, and it never swallows our own cancellation
+            done, pending = await asyncio.wait(tasks, timeout=_HOST_STOP_SECONDS)
+            for task in done:
+                if not task.cancelled() and task.exception() is not None:
+                    _log.error("host_stop_failed", host=task.get_name(), exc_info=task.exception())
+            for task in pending:
+                _log.error("host_stop_timed_out", host=task.get_name(), seconds=_HOST_STOP_SECONDS)
         for runner in runners:
-            if runner.task is not None:
-                runner.task.cancel()
-        for runner in runners:
-            if runner.task is not None:
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await asyncio.wait_for(runner.task, 10.0)
             with contextlib.suppress(Exception):
                 await runner.transport.close()
             self.monitor.unregister_collectors(runner.host.name)
@@ -303,9 +354,32 @@ class Daemon:
         try:
             config = await asyncio.to_thread(load_config, self._config_path)
         except ConfigError as error:
-            _log.error("config_reload_failed", path=str(self._config_path), error=str(error),
-                       detail="the running configuration is kept")
+            _log.error(
+                "config_reload_failed",
+                path=str(self._config_path),
+                error=str(error),
+                detail="the running configuration is kept",
+            )
             return False
+        needs_restart = [
+            key
+            for key, before, after in (
+                ("exporter", self.config.exporter, config.exporter),
+                (
+                    "defaults.state_directory",
+                    self.config.defaults.state_directory,
+                    config.defaults.state_directory,
+                ),
+            )
+            if before != after
+        ]
+        if needs_restart:
+            _log.warning(
+                "config_reload_partial",
+                path=str(self._config_path),
+                keys=needs_restart,
+                detail="these settings take effect at the next restart",
+            )
         old = {host.name: host for host in self.config.hosts}
         new = {host.name: host for host in config.hosts}
         changed = [name for name in old if name not in new or old[name] != new[name]]
@@ -318,10 +392,33 @@ class Daemon:
             if name not in self._runners:
                 self._start_host(host)
         self.monitor.publish()
-        _log.info("config_reloaded", path=str(self._config_path), hosts=sorted(new),
-                  restarted=sorted(name for name in changed if name in new),
-                  removed=sorted(name for name in old if name not in new))
+        _log.info(
+            "config_reloaded",
+            path=str(self._config_path),
+            hosts=sorted(new),
+            restarted=sorted(name for name in changed if name in new),
+            removed=sorted(name for name in old if name not in new),
+        )
         return True
+
+
+def _gpu_query_timeout(host: HostConfig) -> float:
+    """Limit on one GPU query (nvidia-smi, cgroups): slow nvidia-smi is not a dead host.
+
+    A dead host is noticed through its SSH connection (``effective_ssh_settings``), so this
+    may be longer than the poll interval without breaking the two-interval bound.
+    """
+    return max(3.0, 1.5 * host.gpu_poll_interval_seconds)
+
+
+def _gpu_state(runner: _HostRunner) -> CollectorState:
+    """The GPU collector's state, down too while the host's connection is lost."""
+    assert runner.poller is not None
+    state = runner.poller.state
+    journal = runner.follower.state
+    if state.up and not journal.up and journal.reason in _UNREACHABLE_REASONS:
+        return CollectorState(False, journal.since, journal.reason, state.reconnects_total)
+    return state
 
 
 def _state_directory(config: Config) -> str:
@@ -335,7 +432,10 @@ def _state_directory(config: Config) -> str:
         parent = parent.parent
     if not os.access(parent, os.W_OK):
         fallback = Path(os.environ.get("XDG_STATE_HOME", Path.home() / ".local" / "state"))
-        _log.warning("state_directory_not_writable", configured=directory,
-                     using=str(fallback / "vllm-sentinel"))
+        _log.warning(
+            "state_directory_not_writable",
+            configured=directory,
+            using=str(fallback / "vllm-sentinel"),
+        )
         return str(fallback / "vllm-sentinel")
     return directory

@@ -8,16 +8,29 @@ SSH channel on the host's shared connection):
    every unit (at most ``backfill_max_age_seconds`` back), so phase, incarnation and the last
    crash are right at the first scrape. A stored cursor older than that window wins, so nothing
    written while the daemon was down is skipped.
-2. **Backfill.** ``journalctl -o json -a -u U… --since=@T`` (or ``--after-cursor=C``) read to
+2. **Backfill.** ``journalctl -o json -a -u U… --since=@T`` (or ``--cursor=C``) read to
    its end. Without ``-f`` journalctl shows every boot, so a reboot in the window is seen.
-3. **Follow.** ``journalctl -o json -a -f --after-cursor=<last>`` (systemd ≥ 250 limits
+3. **Follow.** ``journalctl -o json -a -f --cursor=<last>`` (systemd ≥ 250 limits
    ``--follow`` to the current boot, which is what following means).
 
 Every chunk is decoded (``JournalJsonDecoder``: bytes, never strict UTF-8) and handed over as a
 ``JournalBatch`` with the last cursor; the Monitor applies it and marks the cursor. When the
 stream ends or the transport fails the follower reconnects with capped exponential backoff and
-jitter (tenacity) and resumes with ``--after-cursor``, so nothing is lost or doubled (the
+jitter (tenacity) and resumes from the last cursor it read, so nothing is lost or doubled (the
 tracker also drops records whose cursor it already applied). It logs once per state change.
+
+**Resuming: ``--cursor``, not ``--after-cursor``.** journalctl (systemd 252) answers
+``--after-cursor=C`` by seeking to C's position and skipping one entry *whether or not C is
+still there*: when the file holding C was rotated away and vacuumed, the first entry after C is
+lost. The follower therefore resumes with ``--cursor=C`` and drops the first entry only when it
+*is* C. When C is gone, journalctl starts at C's position (sequence number, else monotonic,
+else wall time) and the first entry is kept; the follower says so once
+(``journal_cursor_unknown``, ``action=resume_at_position``).
+
+**A stored cursor** (from the cursor store, i.e. a previous run) is first looked up with
+``journalctl --cursor=C --lines=1`` and no unit filter. If the journal does not hold it (garbage,
+rotated away, written on another machine) the follower logs ``journal_cursor_unknown``
+(``action=window_backfill``) and backfills the window instead of trusting its position.
 """
 
 from __future__ import annotations
@@ -25,16 +38,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+from fnmatch import fnmatchcase
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import cast
 
 import orjson
 import structlog
-from tenacity import wait_exponential_jitter
+from tenacity import BaseRetrying, RetryCallState
 
 from vllm_sentinel.errors import TransportError
-from vllm_sentinel.journal_json import JournalJsonDecoder
+from vllm_sentinel.gpu import BackoffWait
+from vllm_sentinel.journal_json import JOURNAL_FIELDS, JournalJsonDecoder
 from vllm_sentinel.record import Record
 from vllm_sentinel.snapshot import CollectorState
 from vllm_sentinel.transport import Transport
@@ -81,6 +97,7 @@ class FollowerSettings:
     reconnect_initial_seconds: float = 1.0
     reconnect_max_seconds: float = 60.0
     query_timeout_seconds: float = 30.0
+    unit_discovery_interval_seconds: float = 30.0
 
 
 def build_journalctl_argv(
@@ -92,7 +109,9 @@ def build_journalctl_argv(
     after_cursor: str | None = None,
     lines: int | str | None = None,
     matches: Sequence[str] = (),
-    output_fields: Sequence[str] = (),
+    output_fields: Sequence[str] | None = None,
+    cursor: str | None = None,
+    field: str | None = None,
 ) -> list[str]:
     """Build a ``journalctl`` argv (a list: never a shell string).
 
@@ -102,23 +121,32 @@ def build_journalctl_argv(
         follow: add ``--follow``.
         since: Unix seconds for ``--since=@…``.
         after_cursor: resume after this cursor.
+        cursor: start at this cursor (its entry included; wins over ``after_cursor``).
         lines: ``--lines`` limit (a number or ``"all"``).
         matches: ``FIELD=value`` journal matches.
-        output_fields: restrict the JSON fields journalctl sends.
+        field: list the values of this field instead of entries (``--field``).
+        output_fields: restrict the JSON fields journalctl sends (default: the fields the
+            decoder reads, ``journal_json.JOURNAL_FIELDS``; ``()`` for every field).
     """
     argv = ["journalctl", "--output=json", "--all", "--no-pager", "--quiet"]
     argv.extend(extra_args)
     argv.extend(f"--unit={unit}" for unit in units)
     if follow:
         argv.append("--follow")
-    if after_cursor is not None:
+    if cursor is not None:
+        argv.append(f"--cursor={cursor}")
+    elif after_cursor is not None:
         argv.append(f"--after-cursor={after_cursor}")
     elif since is not None:
         argv.append(f"--since=@{since:.6f}")
     if lines is not None:
         argv.append(f"--lines={lines}")
-    if output_fields:
-        argv.append("--output-fields=" + ",".join(output_fields))
+    if field is not None:
+        argv.append(f"--field={field}")
+        return argv
+    fields = JOURNAL_FIELDS if output_fields is None else output_fields
+    if fields:
+        argv.append("--output-fields=" + ",".join(fields))
     argv.extend(matches)
     return argv
 
@@ -164,14 +192,16 @@ class JournalFollower:
         self._cursor = cursor
         self._clock = clock
         self._sleep = sleep
-        self._wait = wait_exponential_jitter(
-            initial=settings.reconnect_initial_seconds,
-            max=settings.reconnect_max_seconds,
-            jitter=settings.reconnect_initial_seconds,
-        )
+        self._wait = BackoffWait(settings.reconnect_initial_seconds, settings.reconnect_max_seconds)
         self._state = CollectorState(up=False, since=None, reason="starting")
         self._skipped: dict[str, int] = {}
         self._follow_since: float | None = None
+        self._cursor_is_ours = False  # read in this run (not loaded from the store)
+        self._backfilled_records = 0
+        self._globs = any(char in unit for unit in settings.units for char in "*?[")
+        self._units: tuple[str, ...] = () if self._globs else settings.units
+        self._new_units: tuple[str, ...] = ()  # appeared after the backfill: backfill them too
+        self._told_no_units = False
         self.records_total = 0
 
     @property
@@ -200,16 +230,31 @@ class JournalFollower:
         else:
             _log.warning("journal_collector_down", host=self.host, reason=reason, detail=detail)
 
+    @property
+    def units(self) -> tuple[str, ...]:
+        """The unit names followed now (globs resolved against the journal)."""
+        return self._units
+
     async def run(self, emit: Emit) -> None:
         """Backfill, then follow, until cancelled."""
         attempt = 0
         backfilled = False
         while True:
             try:
+                if self._globs and not self._units:
+                    self._units = await self._resolve_units()
+                if not self._units:
+                    await self._wait_for_units()
+                    continue
                 if not backfilled:
                     await self._backfill(emit)
                     backfilled = True
-                await self._follow(emit)
+                elif self._new_units:
+                    await self._backfill(emit, units=self._new_units)
+                    self._new_units = ()
+                changed = await self._follow_until_units_change(emit)
+                if changed:
+                    continue
                 reason, detail = "stream_ended", "journalctl exited"
             except TransportError as error:
                 reason, detail = error.reason, error.detail
@@ -225,19 +270,80 @@ class JournalFollower:
             delay = self._wait_seconds(attempt)
             await self._sleep(delay)
 
-    def _wait_seconds(self, attempt: int) -> float:
-        from tenacity import RetryCallState
+    async def _resolve_units(self) -> tuple[str, ...]:
+        """Unit names in the journal that match the configured names or globs.
 
-        state = RetryCallState(None, None, (), {})
+        journalctl expands ``--unit`` globs once, when it starts, and fails ("No data
+        available") when a glob matches nothing yet; so globs are resolved here, from the
+        values of ``_SYSTEMD_UNIT`` and ``UNIT`` (systemd's messages about a unit), and
+        re-resolved every ``unit_discovery_interval_seconds``.
+        """
+        settings = self._settings
+        names: set[str] = set()
+        for field in ("_SYSTEMD_UNIT", "UNIT"):
+            argv = build_journalctl_argv((), settings.journalctl_args, field=field)
+            output = await self._transport.run(argv, settings.query_timeout_seconds)
+            names.update(
+                line.decode("utf-8", errors="replace").strip() for line in output.splitlines()
+            )
+        return tuple(
+            sorted(
+                name for name in names
+                if name and any(fnmatchcase(name, pattern) for pattern in settings.units)
+            )
+        )
+
+    async def _wait_for_units(self) -> None:
+        """No unit matches yet: the journal is readable, so the collector is up; look again."""
+        if not self._state.up or not self._told_no_units:
+            self._set_state(True, "")
+            self._told_no_units = True
+            _log.info("journal_no_matching_units", host=self.host, units=list(self._settings.units))
+        await self._sleep(self._settings.unit_discovery_interval_seconds)
+        self._units = await self._resolve_units()
+
+    async def _follow_until_units_change(self, emit: Emit) -> bool:
+        """Follow; return True when the matching units changed (follow again with them)."""
+        if not self._globs:
+            await self._follow(emit)
+            return False
+        follow = asyncio.ensure_future(self._follow(emit))
+        watch = asyncio.ensure_future(self._watch_units())
+        try:
+            done, _ = await asyncio.wait({follow, watch}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (follow, watch):
+                if not task.done():
+                    task.cancel()
+            await asyncio.gather(follow, watch, return_exceptions=True)
+        if follow in done:
+            follow.result()  # raises the follower's TransportError, if any
+            return False
+        units = watch.result()
+        added = tuple(unit for unit in units if unit not in self._units)
+        _log.info("journal_units_changed", host=self.host, units=list(units), added=list(added))
+        self._new_units = added
+        self._units = units
+        return True
+
+    async def _watch_units(self) -> tuple[str, ...]:
+        while True:
+            await self._sleep(self._settings.unit_discovery_interval_seconds)
+            units = await self._resolve_units()
+            if units != self._units:
+                return units
+
+    def _wait_seconds(self, attempt: int) -> float:
+        state = RetryCallState(cast(BaseRetrying, None), None, (), {})
         state.attempt_number = attempt
         return float(self._wait(state))
 
-    async def _window_start(self) -> float:
+    async def _window_start(self, units: tuple[str, ...]) -> float:
         settings = self._settings
         now = self._clock().timestamp()
         start = now - settings.backfill_max_age_seconds
         argv = build_journalctl_argv(
-            settings.units,
+            units,
             settings.journalctl_args,
             since=start,
             matches=(f"MESSAGE_ID={STARTED_MESSAGE_ID}",),
@@ -259,17 +365,63 @@ class JournalFollower:
             return start
         return max(start, min(sorted(times)[-keep] for times in starts.values()))
 
-    async def _backfill(self, emit: Emit) -> None:
+    async def _is_cursor_known(self, cursor: str) -> bool:
+        """Whether the journal holds the entry of ``cursor`` (looked up without unit filter)."""
         settings = self._settings
-        start = await self._window_start()
+        argv = build_journalctl_argv((), settings.journalctl_args, cursor=cursor, lines=1)
+        try:
+            output = await self._transport.run(argv, settings.query_timeout_seconds)
+        except TransportError as error:
+            if error.reason == "command_failed" and "cursor" in error.detail.lower():
+                return False  # "Failed to seek to cursor: Invalid argument"
+            raise
+        first = output.split(b"\n", 1)[0]
+        try:
+            entry = orjson.loads(first)
+        except orjson.JSONDecodeError:
+            return False
+        return isinstance(entry, dict) and entry.get("__CURSOR") == cursor
+
+    async def _backfill(self, emit: Emit, units: tuple[str, ...] | None = None) -> None:
+        settings = self._settings
+        if units is not None:  # units that appeared while following: their window only
+            start = await self._window_start(units)
+            self._backfilled_records = 0
+            await self._pump(
+                build_journalctl_argv(units, settings.journalctl_args, since=start,
+                                      lines=settings.backfill_max_records),
+                emit, backfill=False, keep_cursor=True,
+            )
+            return
+        units = self._units
+        start = await self._window_start(units)
         stored = self._cursor
-        use_cursor = stored is not None and ((cursor_realtime(stored) or 0.0) < start)
+        if (
+            stored is not None
+            and not self._cursor_is_ours
+            and not await self._is_cursor_known(stored)
+        ):
+            _log.warning(
+                "journal_cursor_unknown",
+                host=self.host,
+                action="window_backfill",
+                detail="the stored cursor is not in this journal (rotated away, or written "
+                "on another machine): backfilling the window instead",
+            )
+            stored = self._cursor = None
+        # A cursor read in this run (a backfill cut short by a failure) always wins: the
+        # records before it were emitted already. A stored one wins when it is older than
+        # the window, so nothing written while the daemon was down is skipped.
+        use_cursor = stored is not None and (
+            self._cursor_is_ours or (cursor_realtime(stored) or 0.0) < start
+        )
+        remaining = max(1, settings.backfill_max_records - self._backfilled_records)
         argv = build_journalctl_argv(
-            settings.units,
+            units,
             settings.journalctl_args,
             since=None if use_cursor else start,
-            after_cursor=stored if use_cursor else None,
-            lines=settings.backfill_max_records,
+            cursor=stored if use_cursor else None,
+            lines=remaining,
         )
         _log.info(
             "journal_backfill_started",
@@ -278,23 +430,30 @@ class JournalFollower:
             from_cursor=use_cursor,
         )
         try:
-            count = await self._pump(argv, emit, backfill=True)
+            await self._pump(argv, emit, backfill=True, resume=stored if use_cursor else None)
         except TransportError as error:
-            if use_cursor and "cursor" in error.detail.lower():
-                _log.warning("journal_cursor_unknown", host=self.host, detail=error.detail)
+            if use_cursor and error.reason == "command_failed" and "cursor" in error.detail.lower():
+                _log.warning(
+                    "journal_cursor_unknown",
+                    host=self.host,
+                    action="window_backfill",
+                    detail=error.detail,
+                )
                 self._cursor = None
-                count = await self._pump(
+                self._cursor_is_ours = False
+                await self._pump(
                     build_journalctl_argv(
-                        settings.units,
+                        units,
                         settings.journalctl_args,
                         since=start,
-                        lines=settings.backfill_max_records,
+                        lines=remaining,
                     ),
                     emit,
                     backfill=True,
                 )
             else:
                 raise
+        count = self._backfilled_records  # over every attempt of this backfill
         if count >= settings.backfill_max_records:
             _log.warning(
                 "journal_backfill_truncated",
@@ -308,34 +467,66 @@ class JournalFollower:
 
     async def _follow(self, emit: Emit) -> None:
         settings = self._settings
+        cursor = self._cursor
         argv = build_journalctl_argv(
-            settings.units,
+            self._units,
             settings.journalctl_args,
             follow=True,
-            after_cursor=self._cursor,
-            since=self._follow_since if self._cursor is None else None,
-            lines="all" if self._cursor is not None or self._follow_since is not None else 0,
+            cursor=cursor,
+            since=self._follow_since if cursor is None else None,
+            lines="all" if cursor is not None or self._follow_since is not None else 0,
         )
-        await self._pump(argv, emit, backfill=False)
+        await self._pump(argv, emit, backfill=False, resume=cursor)
 
-    async def _pump(self, argv: list[str], emit: Emit, *, backfill: bool) -> int:
+    async def _pump(
+        self,
+        argv: list[str],
+        emit: Emit,
+        *,
+        backfill: bool,
+        resume: str | None = None,
+        keep_cursor: bool = False,
+    ) -> int:
+        """Stream ``argv`` into batches; ``resume``: the ``--cursor`` given, dropped if echoed.
+
+        ``keep_cursor``: the records are older than the follow position (a new unit's
+        backfill): hand them over without moving the follower's cursor.
+        """
         decoder = JournalJsonDecoder(self.host)
         seen: dict[str, int] = {}
         count = 0
+        first = resume is not None
         stream = self._transport.stream(argv)
-        async with contextlib.aclosing(stream):  # type: ignore[type-var]
+        async with contextlib.aclosing(stream):
             async for chunk in stream:
                 if not self._state.up:
                     self._set_state(True, "")
                 records = decoder.feed(chunk)
                 if decoder.skipped:
                     self._account(decoder.skipped, seen)
+                if records and first:
+                    first = False
+                    if records[0].cursor == resume:
+                        records = records[1:]  # --cursor=C starts with C: applied
+                    elif not backfill and self._cursor_is_ours:
+                        _log.warning(
+                            "journal_cursor_unknown",
+                            host=self.host,
+                            action="resume_at_position",
+                            detail="the last cursor read is no longer in the journal (rotated "
+                            "and vacuumed): resuming at its position",
+                        )
                 if records:
                     cursor = decoder.last_cursor
-                    if cursor is not None:
+                    if keep_cursor:
+                        cursor = self._cursor
+                    elif cursor is not None:
                         self._cursor = cursor
+                        self._cursor_is_ours = True
                     count += len(records)
                     self.records_total += len(records)
+                    if backfill:
+                        self._backfilled_records += len(records)
                     await emit(JournalBatch(self.host, tuple(records), cursor, backfill))
         if not self._state.up:
             self._set_state(True, "")

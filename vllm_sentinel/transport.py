@@ -14,16 +14,26 @@ shell and nothing from config or logs is interpreted by it.
 
 ``SshTransport`` keeps one asyncssh connection per host, shared by all channels, verifies the
 host key against ``known_hosts`` (an unknown or changed key raises ``HostKeyError`` naming the
-host), times out connection setup, and sends keepalives so a dead peer is noticed within
-``keepalive_interval_seconds × keepalive_count_max``.
+host), and bounds every wait on the peer:
+
+* connection setup (TCP connect, SSH handshake, authentication) and opening a channel each
+  take at most ``connect_timeout_seconds``;
+* ``run`` takes at most its ``timeout`` in all — connecting and opening the channel included
+  (after a timeout the channel is closed without waiting for a dead peer to confirm);
+* keepalives are sent after ``keepalive_interval_seconds`` without traffic, and a peer that
+  answers none of ``keepalive_count_max`` of them is dropped: a dead peer is noticed within
+  ``keepalive_interval_seconds × (keepalive_count_max + 1)`` of the last byte it sent (asyncssh
+  gives up on the first timer after ``count_max`` unanswered requests). The open channels then
+  fail with ``ssh_connection_lost``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os.path
 import shlex
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -36,6 +46,8 @@ __all__ = ["LocalTransport", "SshSettings", "SshTransport", "Transport"]
 
 _READ_SIZE = 1 << 16
 _STDERR_TAIL = 2000
+_CLOSE_WAIT_SECONDS = 5.0
+_TERMINATE_GRACE_SECONDS = 5.0
 _log = structlog.get_logger("vllm_sentinel.transport")
 
 
@@ -48,7 +60,7 @@ class Transport(Protocol):
         """Yield the command's stdout as it comes; closing the iterator stops the command."""
         ...
 
-    async def run(self, argv: Sequence[str], timeout: float) -> bytes:
+    async def run(self, argv: Sequence[str], timeout: float) -> bytes:  # noqa: ASYNC109 (Transport API)
         """Run a short command and return its stdout; ``TransportError`` on failure."""
         ...
 
@@ -77,7 +89,8 @@ class LocalTransport:
             )
         except OSError as error:
             raise TransportError(self.host, "spawn_failed", f"{argv[0]}: {error}") from error
-        assert process.stdout is not None and process.stderr is not None
+        assert process.stdout is not None
+        assert process.stderr is not None
         stderr_task = asyncio.ensure_future(process.stderr.read())
         finished = False
         try:
@@ -96,10 +109,9 @@ class LocalTransport:
                 await _terminate(process)
             if not stderr_task.done():
                 stderr_task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await stderr_task
+                await asyncio.gather(stderr_task, return_exceptions=True)
 
-    async def run(self, argv: Sequence[str], timeout: float) -> bytes:
+    async def run(self, argv: Sequence[str], timeout: float) -> bytes:  # noqa: ASYNC109 (Transport API)
         try:
             process = await asyncio.create_subprocess_exec(
                 *argv,
@@ -110,10 +122,13 @@ class LocalTransport:
         except OSError as error:
             raise TransportError(self.host, "spawn_failed", f"{argv[0]}: {error}") from error
         try:
-            stdout, stderr = await asyncio.wait_for(process.communicate(), timeout)
+            async with asyncio.timeout(timeout):
+                stdout, stderr = await process.communicate()
         except TimeoutError as error:
-            await _terminate(process)
             raise TransportError(self.host, "timeout", f"{argv[0]} after {timeout:g}s") from error
+        finally:
+            if process.returncode is None:  # timed out, or cancelled: do not leave it behind
+                await _terminate(process)
         if process.returncode != 0:
             raise TransportError(
                 self.host, "command_failed", f"{argv[0]} exit {process.returncode}: {_tail(stderr)}"
@@ -124,17 +139,32 @@ class LocalTransport:
         return None
 
 
+async def _wait_at_most(awaitable: Awaitable[object], seconds: float) -> bool:
+    """Await ``awaitable`` for at most ``seconds``; False when the time ran out.
+
+    ``asyncio.timeout``, not ``asyncio.wait_for``: on Python 3.11, ``wait_for`` swallows a
+    cancellation that arrives as the awaited call completes, and a follower that misses its
+    cancellation keeps running after its host was removed or the daemon stopped.
+    """
+    try:
+        async with asyncio.timeout(seconds):
+            await awaitable
+    except TimeoutError:
+        return False
+    return True
+
+
 async def _terminate(process: asyncio.subprocess.Process) -> None:
+    """SIGTERM, then SIGKILL after 5 s; never waits more than 10 s in all."""
     if process.returncode is not None:
         return
     with contextlib.suppress(ProcessLookupError):
         process.terminate()
-    try:
-        await asyncio.wait_for(process.wait(), 5.0)
-    except TimeoutError:
+    if not await _wait_at_most(process.wait(), _TERMINATE_GRACE_SECONDS):
         with contextlib.suppress(ProcessLookupError):
             process.kill()
-        await process.wait()
+        # asyncio (3.11) also waits for the pipes to close; a reaped child may not get there
+        await _wait_at_most(process.wait(), _TERMINATE_GRACE_SECONDS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,18 +254,34 @@ class SshTransport:
                 ) from error
             except asyncssh.PermissionDenied as error:
                 raise TransportError(self.host, "ssh_auth_failed", str(error.reason)) from error
+            except (asyncssh.KeyImportError, asyncssh.KeyEncryptionError) as error:
+                # a client key that cannot be read or decrypted (wrong or missing passphrase);
+                # asyncssh's text names the problem, never the passphrase
+                detail = f"client key unusable: {error}"
+                raise TransportError(self.host, "ssh_auth_failed", detail) from error
             except (OSError, asyncssh.Error, TimeoutError) as error:
                 raise TransportError(self.host, "ssh_connect_failed", _describe(error)) from error
             self._connection = connection
             return connection
 
-    async def stream(self, argv: Sequence[str]) -> AsyncGenerator[bytes, None]:
-        connection = await self._connect()
-        command = shlex.join(argv)
+    async def _open(
+        self, connection: asyncssh.SSHClientConnection, argv: Sequence[str]
+    ) -> asyncssh.SSHClientProcess[bytes]:
+        """Open a channel running ``argv`` (quoted for the remote shell), within the timeout."""
+        limit = self._settings.connect_timeout_seconds
         try:
-            process = await connection.create_process(command, encoding=None)
+            async with asyncio.timeout(limit):
+                return await connection.create_process(shlex.join(argv), encoding=None)
+        except TimeoutError as error:
+            raise TransportError(
+                self.host, "ssh_channel_failed", f"no channel within {limit:g}s"
+            ) from error
         except (OSError, asyncssh.Error) as error:
             raise TransportError(self.host, "ssh_channel_failed", _describe(error)) from error
+
+    async def stream(self, argv: Sequence[str]) -> AsyncGenerator[bytes, None]:
+        connection = await self._connect()
+        process = await self._open(connection, argv)
         # stderr shares the channel's flow-control window with stdout: leaving it unread
         # stalls stdout once ~2 MiB of stderr are buffered. Drain it, keep only the tail.
         stderr_tail = bytearray()
@@ -258,8 +304,7 @@ class SshTransport:
             if connection.is_closed() and status is None:
                 raise TransportError(self.host, "ssh_connection_lost", "connection closed")
             if status not in (0, None):
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(asyncio.shield(stderr_task), 2.0)
+                await _wait_at_most(asyncio.shield(stderr_task), 2.0)
                 raise TransportError(
                     self.host, "command_failed", f"exit {status}: {_tail(bytes(stderr_tail))}"
                 )
@@ -270,30 +315,36 @@ class SshTransport:
         finally:
             if not completed:
                 process.close()
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(process.wait_closed(), 5.0)
+                with contextlib.suppress(OSError, asyncssh.Error):
+                    await _wait_at_most(process.wait_closed(), _CLOSE_WAIT_SECONDS)
             stderr_task.cancel()
             await asyncio.gather(stderr_task, return_exceptions=True)
 
-    async def run(self, argv: Sequence[str], timeout: float) -> bytes:
-        connection = await self._connect()
-        command = shlex.join(argv)
+    async def run(self, argv: Sequence[str], timeout: float) -> bytes:  # noqa: ASYNC109 (Transport API)
+        # One deadline for everything: a host that stops answering must not hold a GPU poll
+        # in the connect or channel-open step longer than the poll's own timeout.
+        process: asyncssh.SSHClientProcess[bytes] | None = None
+        timed_out = False
         try:
-            process = await connection.create_process(command, encoding=None)
-        except (OSError, asyncssh.Error) as error:
-            raise TransportError(self.host, "ssh_channel_failed", _describe(error)) from error
-        try:
-            stdout, stderr = await asyncio.wait_for(process.communicate(), timeout)
+            async with asyncio.timeout(timeout):
+                connection = await self._connect()
+                process = await self._open(connection, argv)
+                stdout, stderr = await process.communicate()
         except TimeoutError as error:
+            timed_out = True
             raise TransportError(self.host, "timeout", f"{argv[0]} after {timeout:g}s") from error
         except (OSError, asyncssh.Error) as error:
             raise TransportError(self.host, "ssh_connection_lost", _describe(error)) from error
         finally:
             # On timeout or cancellation the remote command is still running: closing the
             # channel makes sshd hang it up and frees the session (OpenSSH MaxSessions=10).
-            process.close()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(process.wait_closed(), 5.0)
+            # After a timeout the peer may be dead and never confirm: do not wait for it.
+            if process is not None:
+                process.close()
+                if not timed_out:
+                    with contextlib.suppress(OSError, asyncssh.Error):
+                        await _wait_at_most(process.wait_closed(), _CLOSE_WAIT_SECONDS)
+        assert process is not None
         status = process.exit_status
         if status is None:
             raise TransportError(
@@ -309,8 +360,8 @@ class SshTransport:
         connection, self._connection = self._connection, None
         if connection is not None:
             connection.close()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(connection.wait_closed(), 5.0)
+            with contextlib.suppress(OSError, asyncssh.Error):
+                await _wait_at_most(connection.wait_closed(), _CLOSE_WAIT_SECONDS)
 
 
 async def _drain_tail(process: asyncssh.SSHClientProcess[bytes], tail: bytearray) -> None:
@@ -322,8 +373,6 @@ async def _drain_tail(process: asyncssh.SSHClientProcess[bytes], tail: bytearray
 
 
 def _expand(path: str) -> str:
-    import os.path
-
     return os.path.expanduser(path)
 
 

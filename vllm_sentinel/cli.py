@@ -106,12 +106,22 @@ def _setup_logging(log_format: str, log_level: str) -> None:
 
 
 @cli.command("run")
-@click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
-              help="TOML config (default: watch this host's vllm*.service units).")
-@click.option("--log-format", type=click.Choice(["console", "json"]), default="console",
-              show_default=True)
-@click.option("--log-level", default="info", show_default=True,
-              type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False))
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="TOML config (default: watch this host's vllm*.service units).",
+)
+@click.option(
+    "--log-format", type=click.Choice(["console", "json"]), default="console", show_default=True
+)
+@click.option(
+    "--log-level",
+    default="info",
+    show_default=True,
+    type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
+)
 def run_command(config_path: str | None, log_format: str, log_level: str) -> None:
     """Run the monitoring daemon: follow journals, poll GPUs, serve /metrics and /status."""
     _setup_logging(log_format, log_level)
@@ -149,10 +159,19 @@ def check_config_command(path: str) -> None:
 
 @cli.command("demo")
 @click.option("--listen", default="127.0.0.1:9842", show_default=True, help="host:port to serve.")
-@click.option("--speed", type=click.FloatRange(min=0.1, max=100.0), default=1.0,
-              show_default=True, help="Extra speed-up on top of each incident's own.")
-@click.option("--duration", type=click.FloatRange(min=1.0), default=None,
-              help="Stop after this many seconds (default: run until Ctrl-C).")
+@click.option(
+    "--speed",
+    type=click.FloatRange(min=0.1, max=100.0),
+    default=1.0,
+    show_default=True,
+    help="Extra speed-up on top of each incident's own.",
+)
+@click.option(
+    "--duration",
+    type=click.FloatRange(min=1.0),
+    default=None,
+    help="Stop after this many seconds (default: run until Ctrl-C).",
+)
 def demo_command(listen: str, speed: float, duration: float | None) -> None:
     """Play bundled real-shaped incidents through the engine and serve their metrics."""
     from vllm_sentinel.config import parse_listen_address
@@ -165,8 +184,15 @@ def demo_command(listen: str, speed: float, duration: float | None) -> None:
         sys.exit(2)
     _setup_logging("console", "warning")
     try:
-        asyncio.run(run_demo(host, port, speed=speed, duration_seconds=duration,
-                             announce=lambda text: click.echo(text)))
+        asyncio.run(
+            run_demo(
+                host,
+                port,
+                speed=speed,
+                duration_seconds=duration,
+                announce=click.echo,
+            )
+        )
     except KeyboardInterrupt:
         pass
     except OSError as error:
@@ -175,8 +201,12 @@ def demo_command(listen: str, speed: float, duration: float | None) -> None:
 
 
 @cli.command("status")
-@click.option("--url", default="http://127.0.0.1:9842", show_default=True,
-              help="Base URL of a running vllm-sentinel.")
+@click.option(
+    "--url",
+    default="http://127.0.0.1:9842",
+    show_default=True,
+    help="Base URL of a running vllm-sentinel.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the raw /status document.")
 def status_command(url: str, as_json: bool) -> None:
     """Show hosts and units of a running daemon (from its /status)."""

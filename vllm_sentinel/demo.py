@@ -1,7 +1,7 @@
 """``vllm-sentinel demo``: real-shaped incidents played through the real engine (edge).
 
-Three bundled incidents (``vllm_sentinel/incidents/*.jsonl``, ``journalctl -o json`` lines built from
-real logs by ``scripts/build-demo-data.py``) play at the same time on host ``demo-gpu-01``,
+Three bundled incidents (``vllm_sentinel/incidents/*.jsonl``: ``journalctl -o json`` lines
+built from real logs by ``scripts/build-demo-data.py``) play at once on host ``demo-gpu-01``,
 accelerated, in a loop:
 
 * ``vllm-kimi-k25.service`` — TP=8 Kimi-K2.5: a flashinfer version mismatch crashes the first
@@ -26,11 +26,14 @@ from types import MappingProxyType
 
 import orjson
 
+from vllm_sentinel.exporter import SentinelCollector, make_registry
+from vllm_sentinel.http import make_app, start_http_server
 from vllm_sentinel.journal import JournalBatch
 from vllm_sentinel.journal_json import JournalJsonDecoder
-from vllm_sentinel.monitor import GpuSample, Monitor
+from vllm_sentinel.monitor import GpuSample, HostPlan, Monitor, Tick
 from vllm_sentinel.phases import Outcome, Phase
-from vllm_sentinel.snapshot import GpuDevice, GpuProcess, GpuReading
+from vllm_sentinel.report import status_document
+from vllm_sentinel.snapshot import CollectorState, GpuDevice, GpuProcess, GpuReading
 
 __all__ = [
     "DEMO_HOST",
@@ -144,15 +147,17 @@ def demo_gpu_sample(monitor: Monitor, now: datetime, units: Sequence[str]) -> Gp
     return GpuSample(DEMO_HOST, GpuReading(tuple(devices), tuple(processes), now))
 
 
-_DEMO_THRESHOLDS = MappingProxyType({
-    Phase.STARTING: 60.0,
-    Phase.INITIALIZING: 60.0,
-    Phase.LOADING_WEIGHTS: 10.0,  # seconds of real time: the stalled load shows within the loop
-    Phase.COMPILING: 60.0,
-    Phase.PROFILING_KV_CACHE: 60.0,
-    Phase.CAPTURING_CUDA_GRAPHS: 60.0,
-    Phase.STARTING_API_SERVER: 60.0,
-})
+_DEMO_THRESHOLDS = MappingProxyType(
+    {
+        Phase.STARTING: 60.0,
+        Phase.INITIALIZING: 60.0,
+        Phase.LOADING_WEIGHTS: 10.0,  # seconds of real time: the stalled load shows within the loop
+        Phase.COMPILING: 60.0,
+        Phase.PROFILING_KV_CACHE: 60.0,
+        Phase.CAPTURING_CUDA_GRAPHS: 60.0,
+        Phase.STARTING_API_SERVER: 60.0,
+    }
+)
 
 
 async def run_demo(
@@ -164,11 +169,6 @@ async def run_demo(
     announce: Callable[[str], None] = print,
 ) -> None:
     """Serve the exporter while the incidents play, until cancelled or ``duration_seconds``."""
-    from vllm_sentinel.exporter import SentinelCollector, make_registry
-    from vllm_sentinel.http import make_app, start_http_server
-    from vllm_sentinel.monitor import HostPlan, Tick
-    from vllm_sentinel.report import status_document
-    from vllm_sentinel.snapshot import CollectorState
 
     monitor = Monitor(
         [HostPlan(DEMO_HOST, ("vllm-*.service",), _DEMO_THRESHOLDS, 256 << 20)],
@@ -178,12 +178,16 @@ async def run_demo(
     monitor.register_collector(DEMO_HOST, "journal", lambda: up)
     monitor.register_collector(DEMO_HOST, "gpu", lambda: up)
     monitor.publish()
-    app = make_app(make_registry(SentinelCollector(lambda: monitor.latest)),
-                   lambda: status_document(monitor.latest))
+    app = make_app(
+        make_registry(SentinelCollector(lambda: monitor.latest)),
+        lambda: status_document(monitor.latest),
+    )
     server = start_http_server(listen_host, listen_port, app)
     url = f"http://{server.host}:{server.port}"
     announce(f"vllm-sentinel demo: playing {len(INCIDENTS)} real-shaped incidents on {DEMO_HOST}")
-    announce(f"  metrics: curl -s {url}/metrics | grep -E 'unit_phase\\{{.*\\}} 1|crashes_total|stalled'")
+    announce(
+        f"  metrics: curl -s {url}/metrics | grep -E 'unit_phase\\{{.*\\}} 1|crashes_total|stalled'"
+    )
     announce(f"  status:  curl -s {url}/status   (or: vllm-sentinel status --url {url})")
     announce("  Ctrl-C stops.")
     queue: asyncio.Queue[object] = asyncio.Queue()
@@ -205,8 +209,12 @@ async def run_demo(
                 group.create_task(monitor.run(queue))  # type: ignore[arg-type]
                 group.create_task(tick())
                 for incident in INCIDENTS:
-                    scaled = DemoIncident(incident.unit, incident.file, incident.speed * speed,
-                                          incident.pause_seconds / speed)
+                    scaled = DemoIncident(
+                        incident.unit,
+                        incident.file,
+                        incident.speed * speed,
+                        incident.pause_seconds / speed,
+                    )
                     group.create_task(play_incident(scaled, emit))
     except TimeoutError:
         pass

@@ -38,10 +38,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-from fnmatch import fnmatchcase
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from fnmatch import fnmatchcase
 from typing import cast
 
 import orjson
@@ -288,7 +288,8 @@ class JournalFollower:
             )
         return tuple(
             sorted(
-                name for name in names
+                name
+                for name in names
                 if name and any(fnmatchcase(name, pattern) for pattern in settings.units)
             )
         )
@@ -388,9 +389,15 @@ class JournalFollower:
             start = await self._window_start(units)
             self._backfilled_records = 0
             await self._pump(
-                build_journalctl_argv(units, settings.journalctl_args, since=start,
-                                      lines=settings.backfill_max_records),
-                emit, backfill=False, keep_cursor=True,
+                build_journalctl_argv(
+                    units,
+                    settings.journalctl_args,
+                    since=start,
+                    lines=settings.backfill_max_records,
+                ),
+                emit,
+                backfill=False,
+                keep_cursor=True,
             )
             return
         units = self._units

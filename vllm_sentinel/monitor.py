@@ -368,9 +368,12 @@ class Monitor:
                 key_counted = (host.host, unit.unit)
                 if counted > self._counted.get(key_counted, 0) and unit.last_crash is not None:
                     _log.info(
-                        "unit_crash_counted", host=host.host, unit=unit.unit,
+                        "unit_crash_counted",
+                        host=host.host,
+                        unit=unit.unit,
                         invocation_id=unit.last_crash.invocation_id,
-                        cause=unit.last_crash.cause.value, crashes_total=counted,
+                        cause=unit.last_crash.cause.value,
+                        crashes_total=counted,
                     )
                 self._counted[key_counted] = counted
                 current = unit.current

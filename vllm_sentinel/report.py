@@ -253,9 +253,7 @@ def render_status(document: Mapping[str, Any]) -> str:
         incarnations = unit.get("incarnations") or [{}]
         current = incarnations[-1]
         phases = current.get("phases") or [{}]
-        last = next(
-            (item["crash"] for item in reversed(incarnations) if item.get("crash")), None
-        )
+        last = next((item["crash"] for item in reversed(incarnations) if item.get("crash")), None)
         crash = f"{last['cause']} ({last['exception'] or last['message'][:40]})" if last else "-"
         out.append(
             f"{unit.get('host') or '-':<16} {unit.get('unit'):<32} "

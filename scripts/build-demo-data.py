@@ -29,8 +29,15 @@ OUT = ROOT / "vllm_sentinel" / "incidents"
 STARTED = "39f53479d3a045ac8e117862248231bf"
 
 
-def _entry(unit: str, invocation: str, record_time: datetime, message: str, pid: int | None,
-           ident: str | None, manager: bool) -> dict[str, str]:
+def _entry(
+    unit: str,
+    invocation: str,
+    record_time: datetime,
+    message: str,
+    pid: int | None,
+    ident: str | None,
+    manager: bool,
+) -> dict[str, str]:
     entry = {
         "__REALTIME_TIMESTAMP": str(int(record_time.timestamp() * 1_000_000)),
         "MESSAGE": message,
@@ -38,13 +45,21 @@ def _entry(unit: str, invocation: str, record_time: datetime, message: str, pid:
         "SYSLOG_IDENTIFIER": ident or "python3",
     }
     if manager:
-        entry.update({"_PID": "1", "_SYSTEMD_UNIT": "init.scope", "UNIT": unit,
-                      "INVOCATION_ID": invocation, "SYSLOG_IDENTIFIER": "systemd"})
+        entry.update(
+            {
+                "_PID": "1",
+                "_SYSTEMD_UNIT": "init.scope",
+                "UNIT": unit,
+                "INVOCATION_ID": invocation,
+                "SYSLOG_IDENTIFIER": "systemd",
+            }
+        )
         if message.startswith("Started "):
             entry["MESSAGE_ID"] = STARTED
     else:
-        entry.update({"_SYSTEMD_UNIT": unit, "_SYSTEMD_INVOCATION_ID": invocation,
-                      "_PID": str(pid or 1000)})
+        entry.update(
+            {"_SYSTEMD_UNIT": unit, "_SYSTEMD_INVOCATION_ID": invocation, "_PID": str(pid or 1000)}
+        )
     return entry
 
 
@@ -64,8 +79,17 @@ def from_journald_text(path: Path, unit: str, start_line: int) -> list[dict[str,
         if manager and text.startswith("Started "):
             invocation = secrets.token_hex(16)
         assert record.realtime is not None
-        entries.append(_entry(unit, invocation, record.realtime, text, record.pid,
-                              record.syslog_identifier, manager))
+        entries.append(
+            _entry(
+                unit,
+                invocation,
+                record.realtime,
+                text,
+                record.pid,
+                record.syslog_identifier,
+                manager,
+            )
+        )
     return entries
 
 
@@ -75,18 +99,52 @@ def stalled_load() -> list[dict[str, str]]:
     base = datetime(2026, 11, 28, 20, 0, 0, tzinfo=UTC).timestamp()
     script: list[tuple[float, str, int | None, bool]] = [
         (0, "Started vllm-llama-405b.service - vLLM Llama 3.1 405B.", None, True),
-        (4, "(APIServer pid=4100) INFO 11-28 20:00:04 [api_server.py:1805] vLLM API server version 0.11.0", 4100, False),
-        (5, "(APIServer pid=4100) INFO 11-28 20:00:05 [utils.py:233] non-default args: {'model': 'meta-llama/Llama-3.1-405B-Instruct-FP8', 'tensor_parallel_size': 8}", 4100, False),
-        (14, "(EngineCore_DP0 pid=4180) INFO 11-28 20:00:14 [core.py:77] Initializing a V1 LLM engine (v0.11.0) with config: model='meta-llama/Llama-3.1-405B-Instruct-FP8', tensor_parallel_size=8", 4180, False),
-        (30, "(Worker_TP0 pid=4201) INFO 11-28 20:00:30 [gpu_model_runner.py:2602] Starting to load model meta-llama/Llama-3.1-405B-Instruct-FP8...", 4201, False),
+        (
+            4,
+            "(APIServer pid=4100) INFO 11-28 20:00:04 [api_server.py:1805] vLLM API server version 0.11.0",
+            4100,
+            False,
+        ),
+        (
+            5,
+            "(APIServer pid=4100) INFO 11-28 20:00:05 [utils.py:233] non-default args: {'model': 'meta-llama/Llama-3.1-405B-Instruct-FP8', 'tensor_parallel_size': 8}",
+            4100,
+            False,
+        ),
+        (
+            14,
+            "(EngineCore_DP0 pid=4180) INFO 11-28 20:00:14 [core.py:77] Initializing a V1 LLM engine (v0.11.0) with config: model='meta-llama/Llama-3.1-405B-Instruct-FP8', tensor_parallel_size=8",
+            4180,
+            False,
+        ),
+        (
+            30,
+            "(Worker_TP0 pid=4201) INFO 11-28 20:00:30 [gpu_model_runner.py:2602] Starting to load model meta-llama/Llama-3.1-405B-Instruct-FP8...",
+            4201,
+            False,
+        ),
     ]
     for shard in range(0, 37):
         offset = 36 + shard * 30
         pct = round(100 * shard / 109)
-        script.append((offset, f"Loading safetensors checkpoint shards: {pct:3d}% Completed | {shard}/109 [{offset // 60:02d}:{offset % 60:02d}<50:00, 30.00s/it]", 4201, False))
+        script.append(
+            (
+                offset,
+                f"Loading safetensors checkpoint shards: {pct:3d}% Completed | {shard}/109 [{offset // 60:02d}:{offset % 60:02d}<50:00, 30.00s/it]",
+                4201,
+                False,
+            )
+        )
     for beat in range(1, 25):
         offset = 36 + 36 * 30 + beat * 60
-        script.append((offset, f"(APIServer pid=4100) DEBUG 11-28 20:{offset // 60 % 60:02d}:{offset % 60:02d} [utils.py:750] Waiting for 1 local, 0 remote core engine proc(s) to start.", 4100, False))
+        script.append(
+            (
+                offset,
+                f"(APIServer pid=4100) DEBUG 11-28 20:{offset // 60 % 60:02d}:{offset % 60:02d} [utils.py:750] Waiting for 1 local, 0 remote core engine proc(s) to start.",
+                4100,
+                False,
+            )
+        )
     entries = []
     for offset, text, pid, manager in script:
         when = datetime.fromtimestamp(base + offset, UTC)
@@ -104,7 +162,13 @@ def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     golden = ROOT / "tests" / "golden" / "journal" / "001-kimi-k25-flashinfer-restart.jsonl"
     shutil.copyfile(golden, OUT / "kimi-k25-flashinfer-restart.jsonl")
-    corpus = ROOT / "tests" / "golden" / "logs" / "101-journald-v0.15.1-boot-kv-too-small-restart-then-ready.log"
+    corpus = (
+        ROOT
+        / "tests"
+        / "golden"
+        / "logs"
+        / "101-journald-v0.15.1-boot-kv-too-small-restart-then-ready.log"
+    )
     write("qwen-kv-cache-too-small.jsonl", from_journald_text(corpus, "vllm-qwen-14b.service", 67))
     write("llama-stalled-load.jsonl", stalled_load())
 

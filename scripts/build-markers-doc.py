@@ -16,13 +16,17 @@ DOC = Path(__file__).resolve().parent.parent / "docs" / "markers.md"
 
 
 def vllm_table() -> str:
-    rows = ["| event | phase | pattern (message part) | vLLM versions | source |",
-            "|---|---|---|---|---|"]
+    rows = [
+        "| event | phase | pattern (message part) | vLLM versions | source |",
+        "|---|---|---|---|---|",
+    ]
     for marker in MARKERS:
         pattern = marker.pattern.replace("|", "\\|")
         phase = marker.phase.value if marker.phase else "—"
-        rows.append(f"| `{marker.event.value}` | {phase} | `{pattern}` | {marker.versions} | "
-                    f"{marker.source} |")
+        rows.append(
+            f"| `{marker.event.value}` | {phase} | `{pattern}` | {marker.versions} | "
+            f"{marker.source} |"
+        )
     return "\n".join(rows)
 
 
@@ -30,16 +34,26 @@ def systemd_table() -> str:
     rows = ["| event | MESSAGE_ID | pattern | source |", "|---|---|---|---|"]
     for marker in SYSTEMD_MARKERS:
         pattern = marker.pattern.replace("|", "\\|")
-        rows.append(f"| `{marker.event.value}` | {marker.message_id or '—'} | `{pattern}` | "
-                    f"{marker.source} |")
+        rows.append(
+            f"| `{marker.event.value}` | {marker.message_id or '—'} | `{pattern}` | "
+            f"{marker.source} |"
+        )
     return "\n".join(rows)
 
 
 def render(text: str) -> str:
-    text = re.sub(r"(## vLLM markers\n\n)(\|.*?\n)(?=\n## )", lambda m: m.group(1) + vllm_table() + "\n",
-                  text, flags=re.S)
-    return re.sub(r"(## systemd and the kernel\n\n.*?\n\n)(\|.*\n?)\Z",
-                  lambda m: m.group(1) + systemd_table() + "\n", text, flags=re.S)
+    text = re.sub(
+        r"(## vLLM markers\n\n)(\|.*?\n)(?=\n## )",
+        lambda m: m.group(1) + vllm_table() + "\n",
+        text,
+        flags=re.S,
+    )
+    return re.sub(
+        r"(## systemd and the kernel\n\n.*?\n\n)(\|.*\n?)\Z",
+        lambda m: m.group(1) + systemd_table() + "\n",
+        text,
+        flags=re.S,
+    )
 
 
 def main() -> int:

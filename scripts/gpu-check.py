@@ -158,8 +158,8 @@ async def _read_line(stream: asyncio.StreamReader, limit_seconds: float) -> str:
 
 async def run_parent(ordinal: int, steps: list[int]) -> int:
     sys.path.insert(0, str(CHECKOUT))
-    from vllm_sentinel import gpu  # noqa: PLC0415  (after the checkout is on sys.path)
-    from vllm_sentinel.errors import GpuCollectorError  # noqa: PLC0415
+    from vllm_sentinel import gpu
+    from vllm_sentinel.errors import GpuCollectorError
 
     reader = gpu.NvmlReader()
     try:

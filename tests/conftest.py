@@ -30,7 +30,9 @@ def update_golden(request: pytest.FixtureRequest) -> bool:
 
 def require_binary(path: str) -> str:
     """Return the binary's path, or skip (locally) / fail (CI) when it is missing."""
-    found = shutil.which(path) or (path if os.path.isabs(path) and os.access(path, os.X_OK) else None)
+    found = shutil.which(path) or (
+        path if os.path.isabs(path) and os.access(path, os.X_OK) else None
+    )
     if found is None:
         if os.environ.get("CI") == "true":
             pytest.fail(f"{path} is required in CI (see .ci/run)")

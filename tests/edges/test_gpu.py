@@ -502,7 +502,7 @@ class StubTransport:
     def stream(self, argv: Sequence[str]) -> AsyncIterator[bytes]:
         raise NotImplementedError
 
-    async def run(self, argv: Sequence[str], timeout: float) -> bytes:  # noqa: ASYNC109
+    async def run(self, argv: Sequence[str], timeout: float) -> bytes:
         self.calls.append(tuple(argv))
         assert argv[0] == "nvidia-smi"
         env = {**os.environ, "FAKE_NVIDIA_SMI_STATE": str(self.state_file)}
@@ -650,7 +650,7 @@ class CountingTransport(LocalTransport):
         super().__init__("localhost")
         self.commands: list[list[str]] = []
 
-    async def run(self, argv: Sequence[str], timeout: float) -> bytes:  # noqa: ASYNC109
+    async def run(self, argv: Sequence[str], timeout: float) -> bytes:
         self.commands.append(list(argv))
         return await super().run(argv, timeout)
 
@@ -718,7 +718,7 @@ class TestCgroupReader:
         """A transport that cannot run the command raises GpuCollectorError."""
 
         class Broken(LocalTransport):
-            async def run(self, argv: Sequence[str], timeout: float) -> bytes:  # noqa: ASYNC109
+            async def run(self, argv: Sequence[str], timeout: float) -> bytes:
                 raise TransportError(self.host, "ssh_connection_lost", "reset")
 
         with pytest.raises(GpuCollectorError) as caught:

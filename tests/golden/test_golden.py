@@ -110,10 +110,16 @@ def test_journal_checkpoints(journal: Path) -> None:
                 "vllm_version": actual.vllm_version,
                 "tensor_parallel_size": actual.tensor_parallel_size,
                 "phase_entered_at": actual.phase_entered_at.isoformat().replace("+00:00", "Z")
-                if actual.phase_entered_at else None,
-                "crash": None if actual.crash is None else {
-                    "cause": actual.crash.cause.value, "exception": actual.crash.exception,
-                    "phase": actual.crash.phase.value, "message": actual.crash.message},
+                if actual.phase_entered_at
+                else None,
+                "crash": None
+                if actual.crash is None
+                else {
+                    "cause": actual.crash.cause.value,
+                    "exception": actual.crash.exception,
+                    "phase": actual.crash.phase.value,
+                    "message": actual.crash.message,
+                },
             }
             for key, value in wanted.items():
                 if key == "crash":
@@ -123,7 +129,9 @@ def test_journal_checkpoints(journal: Path) -> None:
                 else:
                     assert document[key] == value, key
         if "crashes_total" in checkpoint:
-            assert {c.value: n for c, n in unit.crashes_total.items()} == checkpoint["crashes_total"]
+            assert {c.value: n for c, n in unit.crashes_total.items()} == checkpoint[
+                "crashes_total"
+            ]
         for key in ("starts_total", "benign_errors_total"):
             if key in checkpoint:
                 assert getattr(unit, key) == checkpoint[key]

@@ -23,8 +23,10 @@ pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 UNIT = "vllm-kimi-k25.service"
 A = "1" * 32
 B = "2" * 32
-FLASHINFER = ("flashinfer-cubin version (0.6.3) does not match flashinfer version (0.6.4). "
-              "Please install the same version of both packages.")
+FLASHINFER = (
+    "flashinfer-cubin version (0.6.3) does not match flashinfer version (0.6.4). "
+    "Please install the same version of both packages."
+)
 
 
 def _tp7(text: str) -> str:
@@ -41,55 +43,160 @@ class Clock:
         return to_realtime_us(self.base + timedelta(seconds=seconds))
 
 
-async def test_flashinfer_incident_step_by_step(journal_writer: JournalWriter, tmp_path: Path) -> None:
+async def test_flashinfer_incident_step_by_step(
+    journal_writer: JournalWriter, tmp_path: Path
+) -> None:
     """Crash, restart, late lines of the dead incarnation, benign ERROR, load: /metrics at each step."""
     clock = Clock()
     write = journal_writer.write_and_flush
-    write([manager_line(UNIT, A, f"Started {UNIT} - vLLM Kimi K2.5.", MESSAGE_ID_STARTED, clock.us(0)),
-           service_line(UNIT, A, 221200, "(Worker_TP0 pid=221343) INFO 11-29 10:00:21 [gpu_model_runner.py:3425] Starting to load model /shared/kimi-k2.5-nvfp4...", clock.us(21))])
+    write(
+        [
+            manager_line(
+                UNIT, A, f"Started {UNIT} - vLLM Kimi K2.5.", MESSAGE_ID_STARTED, clock.us(0)
+            ),
+            service_line(
+                UNIT,
+                A,
+                221200,
+                "(Worker_TP0 pid=221343) INFO 11-29 10:00:21 [gpu_model_runner.py:3425] Starting to load model /shared/kimi-k2.5-nvfp4...",
+                clock.us(21),
+            ),
+        ]
+    )
     journal_writer.wait_until_readable(2)
     config = local_config(journal_writer.path.parent, tmp_path / "state")
     async with running_daemon(config) as daemon:
-        samples = await daemon.wait_for(lambda s: current_phase(s, UNIT) == "loading_weights", what="loading")
+        samples = await daemon.wait_for(
+            lambda s: current_phase(s, UNIT) == "loading_weights", what="loading"
+        )
         assert value(samples, "vllm_sentinel_unit_starts_total", unit=UNIT) == 1
         assert value(samples, "vllm_sentinel_collector_up", collector="journal") == 1
 
-        write([service_line(UNIT, A, 221200, _tp7(text), clock.us(40)) for text in (
-            "WorkerProc failed to start.", "Traceback (most recent call last):")])
-        write([manager_line(UNIT, A, f"{UNIT}: Main process exited, code=exited, status=1/FAILURE", None, clock.us(80)),
-               manager_line(UNIT, A, f"{UNIT}: Failed with result 'exit-code'.", None, clock.us(80))])
-        samples = await daemon.wait_for(lambda s: current_phase(s, UNIT) == "crashed", what="crashed")
-
-        write([manager_line(UNIT, B, f"Started {UNIT} - vLLM Kimi K2.5.", MESSAGE_ID_STARTED, clock.us(91))])
-        # late delivery: the dead incarnation's last traceback lines arrive after the restart
-        write([service_line(UNIT, A, 221200, _tp7(text), clock.us(40)) for text in (
-            '  File "/usr/lib/python3/dist-packages/vllm/v1/executor/multiproc_executor.py", line 783, in worker_main',
-            "    self.worker.load_model()", f"RuntimeError: {FLASHINFER}")])
-        write([service_line(UNIT, B, 222500, "(APIServer pid=222500) ERROR 11-29 10:01:40 [gpt_oss_triton_kernels_moe.py:60] Failed to import Triton kernels. Please make sure your triton version is compatible. Error: cannot import name 'SparseMatrix' from 'triton_kernels.tensor'", clock.us(100)),
-               service_line(UNIT, B, 222500, "(Worker_TP0 pid=222636) INFO 11-29 10:01:52 [gpu_model_runner.py:3425] Starting to load model /shared/kimi-k2.5-nvfp4...", clock.us(112)),
-               service_line(UNIT, B, 222500, "(Worker_TP0 pid=222636) \rLoading safetensors checkpoint shards:  50% Completed | 32/64 [04:30<04:30, 8.4s/it]", clock.us(382))])
+        write(
+            [
+                service_line(UNIT, A, 221200, _tp7(text), clock.us(40))
+                for text in ("WorkerProc failed to start.", "Traceback (most recent call last):")
+            ]
+        )
+        write(
+            [
+                manager_line(
+                    UNIT,
+                    A,
+                    f"{UNIT}: Main process exited, code=exited, status=1/FAILURE",
+                    None,
+                    clock.us(80),
+                ),
+                manager_line(
+                    UNIT, A, f"{UNIT}: Failed with result 'exit-code'.", None, clock.us(80)
+                ),
+            ]
+        )
         samples = await daemon.wait_for(
-            lambda s: value(s, "vllm_sentinel_unit_weights_loaded_ratio", unit=UNIT) == 0.5, what="ratio")
+            lambda s: current_phase(s, UNIT) == "crashed", what="crashed"
+        )
+
+        write(
+            [
+                manager_line(
+                    UNIT, B, f"Started {UNIT} - vLLM Kimi K2.5.", MESSAGE_ID_STARTED, clock.us(91)
+                )
+            ]
+        )
+        # late delivery: the dead incarnation's last traceback lines arrive after the restart
+        write(
+            [
+                service_line(UNIT, A, 221200, _tp7(text), clock.us(40))
+                for text in (
+                    '  File "/usr/lib/python3/dist-packages/vllm/v1/executor/multiproc_executor.py", line 783, in worker_main',
+                    "    self.worker.load_model()",
+                    f"RuntimeError: {FLASHINFER}",
+                )
+            ]
+        )
+        write(
+            [
+                service_line(
+                    UNIT,
+                    B,
+                    222500,
+                    "(APIServer pid=222500) ERROR 11-29 10:01:40 [gpt_oss_triton_kernels_moe.py:60] Failed to import Triton kernels. Please make sure your triton version is compatible. Error: cannot import name 'SparseMatrix' from 'triton_kernels.tensor'",
+                    clock.us(100),
+                ),
+                service_line(
+                    UNIT,
+                    B,
+                    222500,
+                    "(Worker_TP0 pid=222636) INFO 11-29 10:01:52 [gpu_model_runner.py:3425] Starting to load model /shared/kimi-k2.5-nvfp4...",
+                    clock.us(112),
+                ),
+                service_line(
+                    UNIT,
+                    B,
+                    222500,
+                    "(Worker_TP0 pid=222636) \rLoading safetensors checkpoint shards:  50% Completed | 32/64 [04:30<04:30, 8.4s/it]",
+                    clock.us(382),
+                ),
+            ]
+        )
+        samples = await daemon.wait_for(
+            lambda s: value(s, "vllm_sentinel_unit_weights_loaded_ratio", unit=UNIT) == 0.5,
+            what="ratio",
+        )
         assert current_phase(samples, UNIT) == "loading_weights"
-        assert value(samples, "vllm_sentinel_unit_phase_entered_timestamp_seconds", unit=UNIT) == pytest.approx(
-            (clock.base + timedelta(seconds=112)).timestamp())
+        assert value(
+            samples, "vllm_sentinel_unit_phase_entered_timestamp_seconds", unit=UNIT
+        ) == pytest.approx((clock.base + timedelta(seconds=112)).timestamp())
         assert value(samples, "vllm_sentinel_unit_starts_total", unit=UNIT) == 2
         assert value(samples, "vllm_sentinel_unit_benign_errors_total", unit=UNIT) == 1
-        assert value(samples, "vllm_sentinel_unit_last_crash_info", unit=UNIT, cause="dependency_mismatch",
-                     exception="RuntimeError", phase="loading_weights") == 1
-        info = [labels for (name, labels), _ in samples.items() if name == "vllm_sentinel_unit_incarnation_info"]
+        assert (
+            value(
+                samples,
+                "vllm_sentinel_unit_last_crash_info",
+                unit=UNIT,
+                cause="dependency_mismatch",
+                exception="RuntimeError",
+                phase="loading_weights",
+            )
+            == 1
+        )
+        info = [
+            labels
+            for (name, labels), _ in samples.items()
+            if name == "vllm_sentinel_unit_incarnation_info"
+        ]
         assert [dict(labels)["invocation_id"] for labels in info] == [B]
         status = await daemon.status()
         (unit,) = status["units"]
         first, second = unit["incarnations"]
-        assert (first["id"], first["outcome"], first["crash"]["message"]) == (A, "crashed", FLASHINFER)
+        assert (first["id"], first["outcome"], first["crash"]["message"]) == (
+            A,
+            "crashed",
+            FLASHINFER,
+        )
         assert (second["id"], second["outcome"]) == (B, "running")
         # settling: the crash is counted once, under the cause the late lines gave
-        write([service_line(UNIT, B, 222500, "(Worker_TP0 pid=222636) INFO 11-29 10:02:52 [default_loader.py:291] Loading weights took 538.20 seconds", clock.us(650))])
+        write(
+            [
+                service_line(
+                    UNIT,
+                    B,
+                    222500,
+                    "(Worker_TP0 pid=222636) INFO 11-29 10:02:52 [default_loader.py:291] Loading weights took 538.20 seconds",
+                    clock.us(650),
+                )
+            ]
+        )
         samples = await daemon.wait_for(
-            lambda s: value(s, "vllm_sentinel_unit_crashes_total", unit=UNIT, cause="dependency_mismatch") == 1,
-            what="crash counted")
-        assert sum(v for (n, _), v in samples.items() if n == "vllm_sentinel_unit_crashes_total") == 1
+            lambda s: (
+                value(s, "vllm_sentinel_unit_crashes_total", unit=UNIT, cause="dependency_mismatch")
+                == 1
+            ),
+            what="crash counted",
+        )
+        assert (
+            sum(v for (n, _), v in samples.items() if n == "vllm_sentinel_unit_crashes_total") == 1
+        )
 
 
 @pytest.mark.parametrize(
@@ -110,33 +217,86 @@ async def test_restart_resumes_from_cursor(
     write = journal_writer.write_and_flush
     write([manager_line(UNIT, A, f"Started {UNIT}.", MESSAGE_ID_STARTED, clock.us(0))])
     journal_writer.wait_until_readable(1)
-    config = local_config(journal_writer.path.parent, tmp_path / "state",
-                          extra=f"backfill_max_invocations = {invocations}")
+    config = local_config(
+        journal_writer.path.parent,
+        tmp_path / "state",
+        extra=f"backfill_max_invocations = {invocations}",
+    )
     async with running_daemon(config) as daemon:
         await daemon.wait_for(lambda s: current_phase(s, UNIT) == "starting", what="starting")
     cursor_file = tmp_path / "state" / "llm-two.cursor"
     assert cursor_file.exists()
     stored = cursor_file.read_text().strip()
     # while the daemon is down: a crash and a restart
-    write([service_line(UNIT, A, 7, "INFO 11-29 10:00:21 [gpu_model_runner.py:1] Starting to load model m...", clock.us(10)),
-           service_line(UNIT, A, 7, "ERROR 11-29 10:00:30 [core.py:1] EngineCore failed to start.", clock.us(20)),
-           service_line(UNIT, A, 7, "ERROR 11-29 10:00:30 [core.py:1] Traceback (most recent call last):", clock.us(20)),
-           service_line(UNIT, A, 7, "ERROR 11-29 10:00:30 [core.py:1] torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.", clock.us(20)),
-           manager_line(UNIT, A, f"{UNIT}: Main process exited, code=exited, status=1/FAILURE", None, clock.us(21)),
-           manager_line(UNIT, B, f"Started {UNIT}.", MESSAGE_ID_STARTED, clock.us(30))])
+    write(
+        [
+            service_line(
+                UNIT,
+                A,
+                7,
+                "INFO 11-29 10:00:21 [gpu_model_runner.py:1] Starting to load model m...",
+                clock.us(10),
+            ),
+            service_line(
+                UNIT,
+                A,
+                7,
+                "ERROR 11-29 10:00:30 [core.py:1] EngineCore failed to start.",
+                clock.us(20),
+            ),
+            service_line(
+                UNIT,
+                A,
+                7,
+                "ERROR 11-29 10:00:30 [core.py:1] Traceback (most recent call last):",
+                clock.us(20),
+            ),
+            service_line(
+                UNIT,
+                A,
+                7,
+                "ERROR 11-29 10:00:30 [core.py:1] torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
+                clock.us(20),
+            ),
+            manager_line(
+                UNIT,
+                A,
+                f"{UNIT}: Main process exited, code=exited, status=1/FAILURE",
+                None,
+                clock.us(21),
+            ),
+            manager_line(UNIT, B, f"Started {UNIT}.", MESSAGE_ID_STARTED, clock.us(30)),
+        ]
+    )
     last = orjson.loads(journal_writer.wait_until_readable(7)[-1])["__CURSOR"]
     with capture_logs() as logs:
         async with running_daemon(config) as daemon:
             samples = await daemon.wait_for(
-                lambda s: value(s, "vllm_sentinel_unit_crashes_total", unit=UNIT, cause="cuda_oom") == 1,
-                what="crash while down counted")
+                lambda s: (
+                    value(s, "vllm_sentinel_unit_crashes_total", unit=UNIT, cause="cuda_oom") == 1
+                ),
+                what="crash while down counted",
+            )
             assert current_phase(samples, UNIT) == "starting"
             # both incarnations (A is known from its own lines when its "Started" is not re-read)
             assert value(samples, "vllm_sentinel_unit_starts_total", unit=UNIT) == 2
-            levels = {dict(labels)["level"]: v for (n, labels), v in samples.items()
-                      if n == "vllm_sentinel_unit_log_records_total"}
-            assert levels == {"debug": 0, "info": 1, "warning": 0, "error": 3, "critical": 0, "none": 0}
-            assert sum(v for (n, _), v in samples.items() if n == "vllm_sentinel_unit_crashes_total") == 1
+            levels = {
+                dict(labels)["level"]: v
+                for (n, labels), v in samples.items()
+                if n == "vllm_sentinel_unit_log_records_total"
+            }
+            assert levels == {
+                "debug": 0,
+                "info": 1,
+                "warning": 0,
+                "error": 3,
+                "critical": 0,
+                "none": 0,
+            }
+            assert (
+                sum(v for (n, _), v in samples.items() if n == "vllm_sentinel_unit_crashes_total")
+                == 1
+            )
     (backfill,) = [e for e in logs if e["event"] == "journal_backfill_started"]
     assert backfill["from_cursor"] is from_cursor
     assert not [e for e in logs if e["event"] == "journal_cursor_unknown"]
@@ -145,23 +305,53 @@ async def test_restart_resumes_from_cursor(
     assert cursor_file.read_text().strip() == last
 
 
-async def test_unit_matching_a_glob_later_is_followed(journal_writer: JournalWriter, tmp_path: Path) -> None:
+async def test_unit_matching_a_glob_later_is_followed(
+    journal_writer: JournalWriter, tmp_path: Path
+) -> None:
     """A glob that matches no unit yet keeps the collector up; the unit is followed once it logs."""
     clock = Clock()
-    journal_writer.write_and_flush([service_line("sshd.service", "9" * 32, 77, "Accepted publickey", clock.us(0))])
+    journal_writer.write_and_flush(
+        [service_line("sshd.service", "9" * 32, 77, "Accepted publickey", clock.us(0))]
+    )
     journal_writer.wait_until_readable(1)
-    config = local_config(journal_writer.path.parent, tmp_path / "state",
-                          extra="unit_discovery_interval_seconds = 0.2")
+    config = local_config(
+        journal_writer.path.parent,
+        tmp_path / "state",
+        extra="unit_discovery_interval_seconds = 0.2",
+    )
     async with running_daemon(config) as daemon:
         samples = await daemon.wait_for(
-            lambda s: value(s, "vllm_sentinel_collector_up", collector="journal") == 1, what="up")
+            lambda s: value(s, "vllm_sentinel_collector_up", collector="journal") == 1, what="up"
+        )
         assert current_phase(samples, UNIT) is None
-        journal_writer.write_and_flush([
-            manager_line(UNIT, A, f"Started {UNIT}.", MESSAGE_ID_STARTED, clock.us(5)),
-            service_line(UNIT, A, 7, "INFO 11-29 10:00:21 [gpu_model_runner.py:1] Starting to load model m...", clock.us(6)),
-        ])
-        samples = await daemon.wait_for(lambda s: current_phase(s, UNIT) == "loading_weights", what="new unit")
+        journal_writer.write_and_flush(
+            [
+                manager_line(UNIT, A, f"Started {UNIT}.", MESSAGE_ID_STARTED, clock.us(5)),
+                service_line(
+                    UNIT,
+                    A,
+                    7,
+                    "INFO 11-29 10:00:21 [gpu_model_runner.py:1] Starting to load model m...",
+                    clock.us(6),
+                ),
+            ]
+        )
+        samples = await daemon.wait_for(
+            lambda s: current_phase(s, UNIT) == "loading_weights", what="new unit"
+        )
         assert value(samples, "vllm_sentinel_unit_starts_total", unit=UNIT) == 1
-        journal_writer.write_and_flush([service_line(UNIT, A, 7, "INFO 11-29 10:00:50 [gpu_model_runner.py:1] Model loading took 9.38 GiB memory and 14.1 seconds", clock.us(7))])
-        await daemon.wait_for(lambda s: value(s, "vllm_sentinel_unit_model_weights_bytes", unit=UNIT) is not None,
-                              what="followed after discovery")
+        journal_writer.write_and_flush(
+            [
+                service_line(
+                    UNIT,
+                    A,
+                    7,
+                    "INFO 11-29 10:00:50 [gpu_model_runner.py:1] Model loading took 9.38 GiB memory and 14.1 seconds",
+                    clock.us(7),
+                )
+            ]
+        )
+        await daemon.wait_for(
+            lambda s: value(s, "vllm_sentinel_unit_model_weights_bytes", unit=UNIT) is not None,
+            what="followed after discovery",
+        )

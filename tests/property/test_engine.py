@@ -438,7 +438,7 @@ class _CannedTransport:
         for piece in self._chunks:
             yield piece
 
-    async def run(self, argv: Sequence[str], timeout: float) -> bytes:  # noqa: ASYNC109  # the Transport protocol
+    async def run(self, argv: Sequence[str], timeout: float) -> bytes:  # the Transport protocol
         return b""
 
     async def close(self) -> None:

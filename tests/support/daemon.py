@@ -27,9 +27,16 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def local_config(journal_dir: Path, state_dir: Path, *, host: str = "llm-two", extra: str = "",
-                 units: str = '["vllm-*.service"]', port: int | None = None,
-                 gpu: str = "none") -> Config:
+def local_config(
+    journal_dir: Path,
+    state_dir: Path,
+    *,
+    host: str = "llm-two",
+    extra: str = "",
+    units: str = '["vllm-*.service"]',
+    port: int | None = None,
+    gpu: str = "none",
+) -> Config:
     """A config that follows ``journal_dir`` as a local host without GPU collection."""
     return parse_config(
         f"""
@@ -88,7 +95,7 @@ class RunningDaemon:
 
     async def get(self, path: str) -> bytes:
         def fetch() -> bytes:
-            with urllib.request.urlopen(self.url + path, timeout=10) as response:  # noqa: S310
+            with urllib.request.urlopen(self.url + path, timeout=10) as response:
                 return bytes(response.read())
 
         return await asyncio.to_thread(fetch)
@@ -110,12 +117,16 @@ class RunningDaemon:
             if predicate(samples):
                 return samples
             await asyncio.sleep(0.05)
-        raise AssertionError(f"timed out waiting for {what or predicate}: last scrape had "
-                             f"{sorted({n for n, _ in samples})[:40]}")
+        raise AssertionError(
+            f"timed out waiting for {what or predicate}: last scrape had "
+            f"{sorted({n for n, _ in samples})[:40]}"
+        )
 
 
 @contextlib.asynccontextmanager
-async def running_daemon(config: Config, config_path: Path | None = None) -> AsyncIterator[RunningDaemon]:
+async def running_daemon(
+    config: Config, config_path: Path | None = None
+) -> AsyncIterator[RunningDaemon]:
     """Start the daemon; stop it (as SIGTERM would) and wait for it on the way out."""
     daemon = Daemon(config, config_path)
     task = asyncio.create_task(daemon.run())

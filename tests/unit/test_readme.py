@@ -22,8 +22,13 @@ def test_quick_start_has_exactly_two_commands() -> None:
     """The Quick start is two commands: run the demo, run the tests."""
     text = README.read_text()
     section = text[text.index("## Quick start") : text.index("## Replaying a log")]
-    commands = [line for line in section.splitlines() if line and not line.startswith(("```", " "))
-                and (line.startswith(("pip ", "./", "vllm-sentinel")))]
+    commands = [
+        line
+        for line in section.splitlines()
+        if line
+        and not line.startswith(("```", " "))
+        and (line.startswith(("pip ", "./", "vllm-sentinel")))
+    ]
     assert commands == ["pip install . && vllm-sentinel demo", "./scripts/test"]
 
 
@@ -33,6 +38,7 @@ def test_markers_doc_matches_catalog() -> None:
     import sys
 
     script = README.parent / "scripts" / "build-markers-doc.py"
-    result = subprocess.run([sys.executable, str(script), "--check"], capture_output=True, text=True,
-                            check=False)
+    result = subprocess.run(
+        [sys.executable, str(script), "--check"], capture_output=True, text=True, check=False
+    )
     assert result.returncode == 0, result.stderr

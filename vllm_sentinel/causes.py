@@ -218,7 +218,8 @@ CAUSE_RULES: tuple[CauseRule, ...] = (
 )
 
 WRAPPER_PATTERNS: tuple[str, ...] = (
-    r"(?:Engine core|EngineCore|\w+) initialization failed\. See root cause above",
+    # \b: without it, a search over a long word backtracks from every letter (quadratic)
+    r"(?:Engine core|EngineCore|\b\w+) initialization failed\. See root cause above",
     r"Engine process failed to start",
     r"WorkerProc initialization failed",
     r"Worker failed with error",

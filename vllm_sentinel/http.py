@@ -48,10 +48,10 @@ from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 import bcrypt
 import structlog
 import yaml  # type: ignore[import-untyped, unused-ignore]  # types-PyYAML optional
-from prometheus_client import make_wsgi_app
 from prometheus_client.registry import CollectorRegistry
 
 from vllm_sentinel.errors import ConfigError
+from vllm_sentinel.exporter import make_metrics_app
 
 __all__ = [
     "DEFAULT_LISTEN_HOST",
@@ -328,7 +328,7 @@ def make_app(
         status: returns the ``/status`` document (JSON-ready).
         authenticator: basic auth for every path but ``/healthz``; ``None`` for none.
     """
-    metrics_app: WSGIApplication = make_wsgi_app(registry)
+    metrics_app = make_metrics_app(registry)  # prometheus_client's app, GETs rendered directly
 
     def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         path = environ.get("PATH_INFO") or "/"

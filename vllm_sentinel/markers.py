@@ -19,10 +19,11 @@ Named groups are the numbers and names a line carries: ``ver`` (vLLM version), `
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
+from typing import NamedTuple
 
 from vllm_sentinel.phases import Phase
 from vllm_sentinel.vllm_line import LineKind
@@ -690,9 +691,12 @@ MARKERS: tuple[Marker, ...] = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class MarkerMatch:
-    """A marker that matched a body, with its named groups."""
+class MarkerMatch(NamedTuple):
+    """A marker that matched a body, with its named groups.
+
+    A ``NamedTuple`` (immutable, cheap): one is made for every marker line, often every other
+    line of a startup log.
+    """
 
     marker: Marker
     groups: Mapping[str, str | None]
@@ -787,6 +791,13 @@ def _keys_of(marker: Marker) -> tuple[str, ...]:
     raise ValueError(f"marker needs a literal first word or a needle: {marker.pattern!r}")
 
 
+_Row = tuple[Marker, Callable[[str], "re.Match[str] | None"], "frozenset[LineKind] | None"]
+
+
+def _rows(markers: Iterable[Marker]) -> tuple[_Row, ...]:
+    return tuple((marker, marker.regex.search, marker.kinds) for marker in markers)
+
+
 class MarkerMatcher:
     """Find the catalog row that a line body matches, cheaply.
 
@@ -802,30 +813,41 @@ class MarkerMatcher:
                 always.append(marker)
             for key in dict.fromkeys(keys):
                 by_word.setdefault(key, []).append(marker)
-        self._by_word = {word: tuple(rows) for word, rows in by_word.items()}
+        self._by_word = {word: _rows(rows) for word, rows in by_word.items()}
         self._always = tuple(always)
+        # Rows tried on every body: each has a needle (``_keys_of`` refuses a row without one).
+        self._always_rows = tuple(
+            (marker.needle or "", marker.regex.search, marker.kinds) for marker in always
+        )
+        self._needles = tuple(needle for needle, _, _ in self._always_rows)
 
     def match(self, body: str, kind: LineKind) -> MarkerMatch | None:
         """Return the first row whose pattern matches ``body``, or ``None``."""
-        word = _body_key(body)
+        key = _KEY.match(body)
+        word = key.group() if key is not None else ""
         candidates = self._by_word.get(word)
         if candidates is None and word.startswith("["):
             candidates = self._by_word.get(_body_key(body[len(word) :].lstrip()))
         if candidates:
-            for marker in candidates:
-                if marker.kinds is not None and kind not in marker.kinds:
+            for marker, search, kinds in candidates:
+                if kinds is not None and kind not in kinds:
                     continue
-                found = marker.regex.search(body)
+                found = search(body)
                 if found is not None:
                     return MarkerMatch(marker, found.groupdict())
-        for marker in self._always:
-            if marker.needle is not None and marker.needle not in body:
+        for needle in self._needles:  # cheap pre-filter: most bodies hold no needle at all
+            if needle in body:
+                break
+        else:
+            return None
+        for index, (needle, search, kinds) in enumerate(self._always_rows):
+            if needle not in body:
                 continue
-            if marker.kinds is not None and kind not in marker.kinds:
+            if kinds is not None and kind not in kinds:
                 continue
-            found = marker.regex.search(body)
+            found = search(body)
             if found is not None:
-                return MarkerMatch(marker, found.groupdict())
+                return MarkerMatch(self._always[index], found.groupdict())
         return None
 
 

@@ -89,6 +89,10 @@ def bound_label(value: str | None, limit: int = LABEL_VALUE_LIMIT) -> str:
     return text[:limit]
 
 
+_PHASE_VALUES = tuple((phase, phase.value) for phase in PHASE_ORDER)
+_CAUSE_VALUES = tuple((cause, cause.value) for cause in CrashCause)
+
+
 def _seconds(value: datetime) -> float:
     return value.timestamp()
 
@@ -108,8 +112,9 @@ def _currents(snapshot: Snapshot) -> Iterator[tuple[str, UnitSnapshot, Incarnati
 
 def _unit_phase(snapshot: Snapshot) -> Iterator[Sample]:
     for host, unit, current in _currents(snapshot):
-        for phase in PHASE_ORDER:
-            yield (host, unit.unit, phase.value), 1.0 if phase is current.phase else 0.0
+        name, now = unit.unit, current.phase
+        for phase, value in _PHASE_VALUES:
+            yield (host, name, value), 1.0 if phase is now else 0.0
 
 
 def _unit_phase_seconds(snapshot: Snapshot) -> Iterator[Sample]:
@@ -154,8 +159,9 @@ def _unit_starts(snapshot: Snapshot) -> Iterator[Sample]:
 
 def _unit_crashes(snapshot: Snapshot) -> Iterator[Sample]:
     for host, unit in _units(snapshot):
-        for cause in CrashCause:
-            yield (host, unit.unit, cause.value), float(unit.crashes_total.get(cause, 0))
+        name, counts = unit.unit, unit.crashes_total
+        for cause, value in _CAUSE_VALUES:
+            yield (host, name, value), float(counts.get(cause, 0))
 
 
 def _unit_last_crash_info(snapshot: Snapshot) -> Iterator[Sample]:
@@ -182,10 +188,13 @@ def _unit_last_crash_timestamp(snapshot: Snapshot) -> Iterator[Sample]:
 
 def _unit_phase_duration(snapshot: Snapshot) -> Iterator[Sample]:
     for host, unit in _units(snapshot):
-        for phase in PHASE_ORDER:
-            seconds = unit.phase_durations.get(phase)
+        durations = unit.phase_durations
+        if not durations:
+            continue
+        for phase, value in _PHASE_VALUES:
+            seconds = durations.get(phase)
             if seconds is not None:
-                yield (host, unit.unit, phase.value), seconds
+                yield (host, unit.unit, value), seconds
 
 
 def _unit_startup_duration(snapshot: Snapshot) -> Iterator[Sample]:
@@ -247,8 +256,9 @@ def _unit_state_known(snapshot: Snapshot) -> Iterator[Sample]:
 
 def _unit_log_records(snapshot: Snapshot) -> Iterator[Sample]:
     for host, unit in _units(snapshot):
+        name, counts = unit.unit, unit.records_by_level
         for level in LOG_LEVELS:
-            yield (host, unit.unit, level), float(unit.records_by_level.get(level, 0))
+            yield (host, name, level), float(counts.get(level, 0))
 
 
 def _unit_benign_errors(snapshot: Snapshot) -> Iterator[Sample]:

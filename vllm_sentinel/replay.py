@@ -97,12 +97,10 @@ def replay(
                     if chosen is InputFormat.JSON
                     else TextLogDecoder(text_unit, reference_year=reference_year)
                 )
-            for record in decoder.feed(chunk):
-                trackers.feed(record)
+            trackers.feed_many(decoder.feed(chunk))
         if decoder is None:
             continue
-        for record in decoder.flush():
-            trackers.feed(record)
+        trackers.feed_many(decoder.flush())
         skipped.update(decoder.skipped)
         if isinstance(decoder, TextLogDecoder):
             repaired.update(decoder.repaired)

@@ -80,13 +80,39 @@ WRAPPERS: tuple[Wrapper, ...] = (
     Wrapper(
         "journald-short",
         re.compile(
-            r"(?P<month>[^\W\d_]{3,5}\.?) {1,2}(?P<day>\d{1,2}) (?P<clock>\d\d:\d\d:\d\d)(?:\.\d+)? "
+            r"(?P<month>[^\W\d_]{3,5}\.?) {1,2}(?P<day>\d{1,2}) (?P<clock>\d\d:\d\d:\d\d)"
+            r"(?:\.\d+)? "
             r"(?P<host>[\w.-]+) (?P<ident>[^\s\[\]:]{1,64})(?:\[(?P<pid>\d{1,10})\])?: ?"
         ),
         "alpha",
     ),
     Wrapper("docker-compose", re.compile(r"(?P<service>[\w][\w.-]{0,63}) {0,40}\| ?"), "alpha"),
 )
+
+
+def _wrapper_table(first: str) -> tuple[tuple[Wrapper, bool, bool, bool, bool], ...]:
+    """The wrappers whose line starts with ``first``, in table order, with the groups each has."""
+    return tuple(
+        (
+            wrapper,
+            "iso" in wrapper.regex.groupindex,
+            "month" in wrapper.regex.groupindex,
+            "pid" in wrapper.regex.groupindex,
+            "ident" in wrapper.regex.groupindex,
+        )
+        for wrapper in WRAPPERS
+        if wrapper.first == first
+    )
+
+
+_DIGIT_WRAPPERS = _wrapper_table("digit")
+_ALPHA_WRAPPERS = _wrapper_table("alpha")
+# vLLM's own header ("INFO 01-02 …"): no alpha wrapper can match a line that starts so (the
+# journald month must be followed by a day then a space, a compose name by spaces then "|").
+_VLLM_HEADER_START = re.compile(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-")
+_NO_WRAPPER = (None, None, None, None, None, None, False)  # Record fields after unit
+_MANAGER_IDENTS = frozenset({"systemd", "kernel"})
+_new_record = tuple.__new__  # Record without the keyword-default wrapper (hot path)
 
 
 def _parse_iso(text: str) -> datetime | None:
@@ -98,9 +124,9 @@ def _parse_iso(text: str) -> datetime | None:
         text = f"{head}.{tail}"
     try:
         value = datetime.fromisoformat(text)
-    except ValueError:
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    except (ValueError, OverflowError):  # OverflowError: year 9999 with a negative offset
         return None
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 class TextLogDecoder:
@@ -126,6 +152,8 @@ class TextLogDecoder:
         self.host = host
         self._year = reference_year
         self._last_month = 0
+        self._short_key: tuple[str, str, str] | None = None  # last journald-short time read
+        self._short_value: datetime | None = None
         self._max = max_line_bytes
         self._pending = bytearray()
         self._discarding = False
@@ -137,24 +165,59 @@ class TextLogDecoder:
         """Decode every complete line in ``chunk`` (with what was pending before)."""
         records: list[Record] = []
         start = 0
-        while True:
-            end = chunk.find(b"\n", start)
+        if self._pending or self._discarding:
+            end = chunk.find(b"\n")
             if end < 0:
-                self._buffer(chunk[start:])
+                self._buffer(chunk)
                 return records
-            piece = chunk[start:end]
-            if self._pending or self._discarding:
-                self._buffer(piece)
-                piece = bytes(self._pending)
-                self._pending.clear()
-                self._discarding = False
-            elif len(piece) > self._max:
-                piece = piece[: self._max]
-                self.skipped["line_truncated"] += 1
-            record = self._decode(piece)
-            if record is not None:
-                records.append(record)
+            self._buffer(chunk[:end])
+            piece = bytes(self._pending)
+            self._pending.clear()
+            self._discarding = False
+            records.append(self._decode(piece))
             start = end + 1
+        last = chunk.rfind(b"\n")
+        if last < start:
+            self._buffer(chunk[start:])
+            return records
+        self._decode_block(chunk[start:last], records)
+        self._buffer(chunk[last + 1 :])
+        return records
+
+    def _decode_block(self, block: bytes, records: list[Record]) -> None:
+        """Decode whole lines (``block`` holds no final newline); append their records.
+
+        Hot path: the block is decoded at once and split as text, which gives the same lines
+        as decoding each line (a newline byte is never part of a UTF-8 sequence). Invalid UTF-8
+        and over-long lines take the line-by-line path, which counts them.
+        """
+        try:
+            text = block.decode("utf-8")
+        except UnicodeDecodeError:
+            text = None
+        if text is None or (
+            len(block) > self._max and any(len(p) > self._max for p in block.split(b"\n"))
+        ):
+            for raw in block.split(b"\n"):
+                piece = raw
+                if len(piece) > self._max:
+                    piece = piece[: self._max]
+                    self.skipped["line_truncated"] += 1
+                records.append(self._decode(piece))
+            return
+        lines = text.split("\n")
+        self.lines_total += len(lines)
+        append = records.append
+        if "\x00" in text or "\r" in text or "\x1b" in text:
+            for line in lines:
+                append(self._decode_text(line))
+            return
+        unwrap = self._unwrap
+        for line in lines:
+            if line.startswith("-- ") and line.endswith(" --"):
+                append(Record(line, host=self.host, unit=self.unit, from_manager=True))
+            else:
+                append(unwrap(line))
 
     def flush(self) -> list[Record]:
         """Decode what is left after the last newline (end of input)."""
@@ -178,13 +241,16 @@ class TextLogDecoder:
         else:
             self._pending += data
 
-    def _decode(self, raw: bytes) -> Record | None:
+    def _decode(self, raw: bytes) -> Record:
         self.lines_total += 1
         try:
             line = raw.decode("utf-8")
         except UnicodeDecodeError:
             line = raw.decode("utf-8", errors="replace")
             self.repaired["invalid_utf8"] += 1
+        return self._decode_text(line)
+
+    def _decode_text(self, line: str) -> Record:
         if "\x00" in line:
             line = line.replace("\x00", "\ufffd")
             self.repaired["nul_byte"] += 1
@@ -198,33 +264,42 @@ class TextLogDecoder:
 
     def _unwrap(self, line: str) -> Record:
         first = line[:1]
-        kind = "digit" if first.isdigit() else "alpha" if first.isalpha() else ""
-        if not kind:
-            return Record(line, host=self.host, unit=self.unit)
+        if first.isdigit():
+            wrappers = _DIGIT_WRAPPERS
+        elif first.isalpha():
+            if _VLLM_HEADER_START.match(line) is not None:  # no wrapper can match (see above)
+                return _new_record(Record, (line, None, self.host, self.unit, *_NO_WRAPPER))
+            wrappers = _ALPHA_WRAPPERS
+        else:
+            return _new_record(Record, (line, None, self.host, self.unit, *_NO_WRAPPER))
         realtime: datetime | None = None
         pid: int | None = None
         ident: str | None = None
-        for wrapper in WRAPPERS:
-            if wrapper.first != kind:
-                continue
+        for wrapper, has_iso, has_month, has_pid, has_ident in wrappers:
             found = wrapper.regex.match(line)
             if found is None:
                 continue
-            groups = found.groupdict()
             if wrapper.name == "docker-compose" and not self._looks_like_compose(line, found.end()):
                 continue
-            if groups.get("iso"):
-                realtime = _parse_iso(groups["iso"])
-            elif groups.get("month"):
-                realtime = self._short_time(groups["month"], groups["day"], groups["clock"])
-            if groups.get("pid"):
-                pid = int(groups["pid"])
-            ident = groups.get("ident")
+            iso = found.group("iso") if has_iso else None
+            if iso:
+                realtime = _parse_iso(iso)
+            elif has_month:
+                month, day, clock = found.group("month", "day", "clock")
+                if month:
+                    realtime = self._short_time(month, day, clock)
+            if has_pid:
+                pid_text = found.group("pid")
+                if pid_text:
+                    pid = int(pid_text)
+            if has_ident:
+                ident = found.group("ident")
             line = line[found.end() :]
             break
-        manager = ident == "systemd" or ident == "kernel"
-        return Record(
-            line, realtime, self.host, self.unit, None, pid, ident, None, None, None, manager
+        manager = ident in _MANAGER_IDENTS
+        return _new_record(
+            Record,
+            (line, realtime, self.host, self.unit, None, pid, ident, None, None, None, manager),
         )
 
     @staticmethod
@@ -234,6 +309,15 @@ class TextLogDecoder:
         return 0 < bar < end and "%" not in line[:bar]
 
     def _short_time(self, month_name: str, day: str, clock: str) -> datetime | None:
+        key = (month_name, day, clock)
+        if key == self._short_key:
+            return self._short_value  # same second, same month: no rollover, same result
+        value = self._compute_short_time(month_name, day, clock)
+        if value is not None:
+            self._short_key, self._short_value = key, value
+        return value
+
+    def _compute_short_time(self, month_name: str, day: str, clock: str) -> datetime | None:
         month = _MONTHS.get(month_name.lower().rstrip("."))
         if month is None:
             return None

@@ -32,6 +32,9 @@ _ORPHAN_EXCEPTION_LINE = re.compile(
     r"|Exception|KeyboardInterrupt))(?:: (?P<msg>.*))?$"
 )
 _ERROR_LEVELS = frozenset({"ERROR", "CRITICAL"})
+_MAX_CLASS = 200  # an exception "class" may be a whole hostile line: keep it short
+_QUIET_LEVELS = frozenset({"DEBUG", "INFO", "WARNING"})
+_OPENINGS = (_TRACEBACK, '  File "')  # lines that open a traceback even without a stream
 
 
 class _State(Enum):
@@ -118,6 +121,13 @@ class TracebackAssembler:
             crashes often cut it off).
         """
         stream = self._streams.get(key)
+        if (
+            stream is None
+            and has_header
+            and level in _QUIET_LEVELS
+            and not body.startswith(_OPENINGS)
+        ):
+            return False, None, False  # hot path: a logged INFO line of a quiet process
         if body.startswith(_TRACEBACK):
             stream = stream or self._stream(key)
             stream.chained = stream.state is _State.CHAIN
@@ -138,7 +148,7 @@ class TracebackAssembler:
             )
             stream.state = _State.AFTER_EXCEPTION
             event = ExceptionEvent(
-                exception,
+                exception[:_MAX_CLASS],
                 message[: self._max_message],
                 stream.context,
                 stream.logged,
@@ -172,7 +182,7 @@ class TracebackAssembler:
                 stream = stream or self._stream(key)
                 stream.state = _State.AFTER_EXCEPTION
                 event = ExceptionEvent(
-                    found.group("cls"),
+                    found.group("cls")[:_MAX_CLASS],
                     (found.group("msg") or "")[: self._max_message],
                     stream.context,
                     has_header,

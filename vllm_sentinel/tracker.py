@@ -61,7 +61,7 @@ from vllm_sentinel.snapshot import (
     UnitSnapshot,
 )
 from vllm_sentinel.tracebacks import ExceptionEvent, TracebackAssembler
-from vllm_sentinel.vllm_line import LineAnatomy, LineKind, Role, parse_line
+from vllm_sentinel.vllm_line import LineKind, Role, parse_line
 
 __all__ = ["TrackerSet", "UnitTracker"]
 
@@ -73,6 +73,20 @@ _STARTUP = frozenset(STARTUP_PHASES)
 _PHASE_RANK: Mapping[Phase, int] = MappingProxyType({p: i for i, p in enumerate(Phase)})
 _TP_SIZE = re.compile(r"tensor_parallel_size[=':\s]+(\d{1,4})")
 _CURSOR_SEQ = re.compile(r"s=([0-9a-f]+);i=([0-9a-f]+)")
+_HEX_DIGITS = "0123456789abcdef"
+_HALF_YEAR = timedelta(days=180)
+_ERROR_LEVELS = frozenset({"ERROR", "CRITICAL"})
+_MAX_CACHED_UNITS = 1024
+# Marker events whose only effect is a phase move (no figures, no special handling).
+_PLAIN_EVENTS = frozenset(Event) - {
+    Event.ENGINE_INIT,
+    Event.SERVER_CONFIG,
+    Event.FATAL,
+    Event.PORT_CONFLICT,
+    Event.PROCESS_STARTED,
+    Event.SHUTDOWN,
+    Event.SHUTDOWN_COMPLETE,
+}
 _MANAGER_IDENTS = frozenset({"systemd", "kernel"})
 _LOW_LEVELS: Mapping[str, str] = MappingProxyType(
     {level: level.lower() for level in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")}
@@ -115,6 +129,7 @@ class _Incarnation:
     last_progress_at: datetime | None = None
     vllm_version: str | None = None
     model: str | None = None
+    model_from_engine: bool = False
     tensor_parallel_size: int | None = None
     max_rank: int | None = None
     shards_loaded: int | None = None
@@ -198,51 +213,81 @@ class UnitTracker:
         self._latest_time: datetime | None = None
         self._seen_seq: dict[str, int] = {}
         self._recent_cursors: deque[str] = deque(maxlen=64)
+        self._cursor_prefix = ""  # "s=<seqnum id>;i=" of the last cursor read, and the id
+        self._cursor_seqnum_id = ""
+        self._stamp_text: str | None = None  # the last header stamp read, and its time
+        self._stamp_time: datetime | None = None
+        self._stamp_year = 0
         self._unsettled: list[_Incarnation] = []
         self.starts_total = 0
         self.crashes_total: Counter[CrashCause] = Counter()
         self.records_by_level: Counter[str] = Counter()
+        self._level_names = dict(_LOW_LEVELS)  # a plain dict: read on every line
         self.benign_errors_total = 0
         self.duplicates_total = 0
         self._phase_durations: dict[Phase, float] = {}
         self._startup_duration: float | None = None
         self._last_evicted_crash: CrashInfo | None = None
+        self._snapshot: UnitSnapshot | None = None  # the last snapshot, while nothing changed
 
     # --- input ---------------------------------------------------------------------------
 
     def feed(self, record: Record) -> bool:
         """Apply one record; return False when it was already applied (same cursor)."""
-        cursor = record.cursor
-        if cursor is not None and self._is_duplicate(cursor):
-            self.duplicates_total += 1
-            return False
-        time = record.realtime
-        if time is not None:
-            self._last_time = time
-            self._year = time.year
-            if self._latest_time is None or time > self._latest_time:
-                self._latest_time = time
-        message = record.message
-        lines = message.split("\n") if "\n" in message else (message,)
-        if record.from_manager or record.syslog_identifier in _MANAGER_IDENTS:
-            for line in lines:
-                self._feed_manager(record, line, time or self._last_time)
-        else:
-            for line in lines:
-                self._feed_line(record, line, time)
-        self._settle_due(self._latest_time)
-        return True
+        return self.feed_many((record,)) == 1
 
-    def advance(self, now: datetime) -> None:
+    def feed_many(self, records: Iterable[Record]) -> int:
+        """Apply records in order (as ``feed`` each); return how many were not duplicates."""
+        self._snapshot = None
+        applied = 0
+        feed_line = self._feed_line
+        for record in records:
+            cursor = record.cursor
+            if cursor is not None and self._is_duplicate(cursor):
+                self.duplicates_total += 1
+                continue
+            applied += 1
+            time = record.realtime
+            if time is not None:
+                self._last_time = time
+                self._year = time.year
+                if self._latest_time is None or time > self._latest_time:
+                    self._latest_time = time
+            message = record.message
+            if record.from_manager or record.syslog_identifier in _MANAGER_IDENTS:
+                for line in message.split("\n") if "\n" in message else (message,):
+                    self._feed_manager(record, line, time or self._last_time)
+            elif "\n" in message:
+                for line in message.split("\n"):
+                    feed_line(record, line, time)
+            else:
+                feed_line(record, message, time)
+            if self._unsettled:
+                self._settle_due(self._latest_time)
+        return applied
+
+    def advance(self, now: datetime) -> bool:
         """Let wall-clock time pass: settle crashes that ended ``settle_seconds`` before ``now``.
 
         The Monitor calls this on its tick, but not while a host's journal is being
         backfilled: old records would otherwise look settled before their late lines arrive.
+
+        Returns:
+            True when something settled: the snapshot may have changed (the Monitor rebuilds
+            only the snapshots of trackers that changed).
         """
+        if not self._unsettled:
+            return False
+        before = len(self._unsettled)
         self._settle_due(now)
+        if len(self._unsettled) == before:
+            return False
+        self._snapshot = None
+        return True
 
     def finish(self) -> None:
         """End of input (replay): confirm pending crashes and settle every crash."""
+        self._snapshot = None
         for incarnation in self._incarnations:
             if not incarnation.ended and incarnation.fatal_pending_at is not None:
                 self._end(incarnation, Outcome.CRASHED, incarnation.last_record_at)
@@ -251,13 +296,33 @@ class UnitTracker:
         self._unsettled.clear()
 
     def _is_duplicate(self, cursor: str) -> bool:
+        prefix = self._cursor_prefix
+        if prefix and cursor.startswith(prefix):
+            # Hot path: the same journal file as the last record ("s=<id>;i=<seqnum>;…").
+            start = len(prefix)
+            end = cursor.find(";", start)
+            digits = cursor[start:end] if end >= 0 else cursor[start:]
+            if digits and not digits.strip(_HEX_DIGITS):
+                seqnum = int(digits, 16)
+                last = self._seen_seq.get(self._cursor_seqnum_id)
+                if last is not None:
+                    if seqnum <= last:
+                        return True
+                    self._seen_seq[self._cursor_seqnum_id] = seqnum
+                    return False
+                return self._is_seen(self._cursor_seqnum_id, seqnum)
         found = _CURSOR_SEQ.search(cursor)
         if found is None:
             if cursor in self._recent_cursors:
                 return True
             self._recent_cursors.append(cursor)
             return False
-        seqnum_id, seqnum = found.group(1), int(found.group(2), 16)
+        if found.start() == 0:
+            self._cursor_prefix = cursor[: found.start(2)]
+            self._cursor_seqnum_id = found.group(1)
+        return self._is_seen(found.group(1), int(found.group(2), 16))
+
+    def _is_seen(self, seqnum_id: str, seqnum: int) -> bool:
         last = self._seen_seq.get(seqnum_id)
         if last is not None and seqnum <= last:
             return True
@@ -266,43 +331,60 @@ class UnitTracker:
         self._seen_seq[seqnum_id] = seqnum
         return False
 
-    def _line_time(self, record_time: datetime | None, anatomy: LineAnatomy) -> datetime | None:
-        if record_time is not None:
-            return record_time
-        stamp = anatomy.stamp
-        if stamp is not None:
+    def _line_time(self, stamp: str | None) -> datetime | None:
+        """The time of a line without a record time: vLLM's header stamp, else the last time."""
+        if stamp is None:
+            return self._last_time
+        last = self._last_time
+        if (
+            stamp == self._stamp_text
+            and last is self._stamp_time
+            and self._year == self._stamp_year
+        ):
+            return last  # the same second as the line before: the same result
+        try:
+            time = datetime(
+                self._year,
+                int(stamp[0:2]),
+                int(stamp[3:5]),
+                int(stamp[6:8]),
+                int(stamp[9:11]),
+                int(stamp[12:14]),
+                tzinfo=UTC,
+            )
+        except ValueError:
+            return last
+        if last is not None and last - time > _HALF_YEAR:
             try:
-                time = datetime(
-                    self._year,
-                    int(stamp[0:2]),
-                    int(stamp[3:5]),
-                    int(stamp[6:8]),
-                    int(stamp[9:11]),
-                    int(stamp[12:14]),
-                    tzinfo=UTC,
-                )
-            except ValueError:
-                return self._last_time
-            last = self._last_time
-            if last is not None and last - time > timedelta(days=180):
                 time = time.replace(year=time.year + 1)
-            self._last_time = time
-            return time
-        return self._last_time
+            except ValueError:  # past year 9999, or 29 February into a common year
+                return last
+        self._last_time = time
+        self._stamp_text, self._stamp_time, self._stamp_year = stamp, time, self._year
+        return time
 
     def _feed_line(self, record: Record, line: str, record_time: datetime | None) -> None:
-        anatomy = parse_line(line)
-        time = self._line_time(record_time, anatomy)
-        pid = anatomy.pid or record.pid
-        has_header = anatomy.kind is LineKind.VLLM or anatomy.kind is LineKind.JSON
-        consumed, exception, started = self._tracebacks.feed(
-            pid, anatomy.body, anatomy.level, has_header
-        )
-        found = None if consumed else self._matcher.match(anatomy.body, anatomy.kind)
-        incarnation = self._attribute(record, pid, time)
+        body, kind, level, stamp, _, role, rank, line_pid, _ = parse_line(line)
+        time = record_time if record_time is not None else self._line_time(stamp)
+        pid = line_pid or record.pid
+        has_header = kind is LineKind.VLLM or kind is LineKind.JSON
+        consumed, exception, started = self._tracebacks.feed(pid, body, level, has_header)
+        found = None if consumed else self._matcher.match(body, kind)
+        event = found.marker.event if found is not None else None
+        # _attribute, inlined for the common cases: a known invocation id, or none and the
+        # current incarnation.
+        incarnations = self._incarnations
+        invocation_id = record.invocation_id
+        if invocation_id is not None:
+            incarnation = self._by_id.get(invocation_id) or self._attribute(record, pid, time)
+        elif incarnations and (
+            pid is None or pid in incarnations[-1].pids or pid not in self._pid_owner
+        ):
+            incarnation = incarnations[-1]
+        else:
+            incarnation = self._attribute(record, pid, time)
         if (
-            found is not None
-            and found.marker.event is Event.PROCESS_STARTED
+            event is Event.PROCESS_STARTED
             and record.invocation_id is None
             and incarnation is self._current()
             and (
@@ -313,41 +395,35 @@ class UnitTracker:
             )
         ):
             incarnation = self._start_incarnation(None, time)
-        self.records_by_level[_LOW_LEVELS.get(anatomy.level or "", "none")] += 1
+        self.records_by_level[self._level_names.get(level, "none") if level else "none"] += 1
         if incarnation.started_at is None and time is not None:
             incarnation.started_at = time  # the first line with a time (excerpts start anywhere)
             if incarnation.timeline[0].entered_at is None:
                 incarnation.timeline[0] = PhaseEntry(Phase.STARTING, time)
         incarnation.records += 1
         incarnation.last_record_at = time
-        if pid is not None:
+        if pid is not None and pid not in incarnation.pids:
             self._claim_pid(incarnation, pid)
-        if anatomy.rank is not None and (
-            incarnation.max_rank is None or anatomy.rank > incarnation.max_rank
-        ):
-            incarnation.max_rank = anatomy.rank
-        if found is None or found.marker.event is not Event.HEARTBEAT:
+        if rank is not None and (incarnation.max_rank is None or rank > incarnation.max_rank):
+            incarnation.max_rank = rank
+        if event is not Event.HEARTBEAT:
             incarnation.last_progress_at = time
         if started and not has_header:
             self._on_uncaught_traceback(incarnation, pid, time)
         if exception is not None:
-            self._on_exception(incarnation, exception, anatomy, time)
+            self._on_exception(incarnation, exception, kind, role, time)
         elif found is not None:
-            self._on_marker(incarnation, found, anatomy.body, time)
+            self._on_marker(incarnation, found, body, time)
         elif (
             not consumed
-            and anatomy.kind is LineKind.RAW
+            and kind is LineKind.RAW
             and incarnation.phase in _STARTUP
             and not incarnation.ended
         ):
-            cause = classify_stderr_line(anatomy.body)
+            cause = classify_stderr_line(body)
             if cause is not None:
-                self._add_evidence(incarnation, cause, EvidenceKind.NOISE, "", anatomy.body, time)
-        if (
-            anatomy.level in ("ERROR", "CRITICAL")
-            and not consumed
-            and self._benign.matches(anatomy.body)
-        ):
+                self._add_evidence(incarnation, cause, EvidenceKind.NOISE, "", body, time)
+        if level in _ERROR_LEVELS and not consumed and self._benign.matches(body):
             incarnation.benign_errors += 1
             self.benign_errors_total += 1
 
@@ -382,7 +458,9 @@ class UnitTracker:
             return
         if len(incarnation.pids) < _MAX_PIDS:
             incarnation.pids[pid] = None
-        self._pid_owner[pid] = incarnation
+            self._pid_owner[pid] = incarnation
+        else:  # not kept: owning it here would outlive the incarnation's eviction (a leak)
+            self._pid_owner.pop(pid, None)
 
     def _supersede(self, previous: _Incarnation) -> None:
         """End an incarnation that a reboot or a newer incarnation replaced."""
@@ -459,11 +537,10 @@ class UnitTracker:
                 incarnation.started_at = time
                 incarnation.timeline[0] = PhaseEntry(Phase.STARTING, time)
             return
-        incarnation = (
-            self._attribute(record, None, time) if record.invocation_id else self._current()
-        )
-        if incarnation is None:
+        target = self._attribute(record, None, time) if record.invocation_id else self._current()
+        if target is None:
             return
+        incarnation = target
         if event in _END_EVENTS:
             incarnation.confirmed = True
         if event is SystemdEvent.UNIT_STOPPING:
@@ -533,9 +610,10 @@ class UnitTracker:
     def _on_marker(
         self, incarnation: _Incarnation, found: MarkerMatch, body: str, time: datetime | None
     ) -> None:
-        marker = found.marker
+        marker, groups = found
         event = marker.event
-        groups = found.groups
+        if not groups and marker.phase is incarnation.phase and event in _PLAIN_EVENTS:
+            return  # a marker of the phase the incarnation is in (access lines, routes): no-op
         if groups:
             self._read_figures(incarnation, event, groups)
         if event is Event.ENGINE_INIT or event is Event.SERVER_CONFIG:
@@ -586,8 +664,12 @@ class UnitTracker:
         if version and incarnation.vllm_version is None:
             incarnation.vllm_version = version[:64]
         model = groups.get("model")
-        if model and (incarnation.model is None or event is Event.ENGINE_INIT):
+        if model and not incarnation.model_from_engine and (
+            incarnation.model is None or event is Event.ENGINE_INIT
+        ):
             incarnation.model = model[:256]
+            # the engine's report wins, once: later ones must not churn the info series
+            incarnation.model_from_engine = event is Event.ENGINE_INIT
         if event is Event.WEIGHTS_PROGRESS:
             loaded, total = _int(groups.get("n")), _int(groups.get("total"))
             if total:
@@ -626,7 +708,8 @@ class UnitTracker:
         self,
         incarnation: _Incarnation,
         exception: ExceptionEvent,
-        anatomy: LineAnatomy,
+        line_kind: LineKind,
+        role: Role | None,
         time: datetime | None,
     ) -> None:
         if is_request_error(exception.exception, exception.message, exception.context):
@@ -646,13 +729,13 @@ class UnitTracker:
         context = exception.context or ""
         uncaught = not exception.logged and not context.startswith(_NOT_PROCESS_DEATH)
         if incarnation.phase in _STARTUP:
-            if uncaught and exception.in_traceback and anatomy.kind is LineKind.RAW:
+            if uncaught and exception.in_traceback and line_kind is LineKind.RAW:
                 self._end(incarnation, Outcome.CRASHED, time)
             elif incarnation.fatal_pending_at is None:
                 incarnation.fatal_pending_at = time
         elif (
             uncaught
-            and anatomy.role in (None, Role.API_SERVER, Role.MAIN)
+            and role in (None, Role.API_SERVER, Role.MAIN)
             and incarnation.fatal_pending_at is None
         ):
             incarnation.fatal_pending_at = time
@@ -823,14 +906,18 @@ class UnitTracker:
     def snapshot(self, now: datetime | None = None) -> UnitSnapshot:
         """Freeze what is known now (a pure query: settling happens in ``feed``/``advance``).
 
-        ``now`` is accepted for symmetry with the Monitor's calls and is not used.
+        ``now`` is accepted for symmetry with the Monitor's calls and is not used. Until
+        ``feed``, ``advance`` or ``finish`` change something, the same snapshot is returned
+        (a fleet's Monitor asks for all of a host's units when one of them moves).
         """
+        if self._snapshot is not None:
+            return self._snapshot
         incarnations = tuple(self._snapshot_incarnation(item) for item in self._incarnations)
         last_crash = next(
             (item.crash for item in reversed(incarnations) if item.crash is not None),
             self._last_evicted_crash,
         )
-        return UnitSnapshot(
+        self._snapshot = UnitSnapshot(
             host=self.host,
             unit=self.unit,
             incarnations=incarnations,
@@ -843,6 +930,7 @@ class UnitTracker:
             phase_durations=MappingProxyType(dict(self._phase_durations)),
             startup_duration_seconds=self._startup_duration,
         )
+        return self._snapshot
 
 
 class TrackerSet:
@@ -865,23 +953,56 @@ class TrackerSet:
         self._default_unit = default_unit
         self._factory = factory or UnitTracker
         self._trackers: dict[tuple[str | None, str], UnitTracker] = {}
+        self._wanted: dict[str, bool] = {}  # wants() by unit name (bounded below)
         self.unrouted_total = 0
 
     def wants(self, unit: str) -> bool:
         """True when ``unit`` matches the configured names or globs."""
-        return not self._patterns or any(fnmatchcase(unit, p) for p in self._patterns)
+        if not self._patterns:
+            return True
+        wanted = self._wanted.get(unit)
+        if wanted is None:
+            if len(self._wanted) >= _MAX_CACHED_UNITS:
+                self._wanted.clear()
+            wanted = self._wanted[unit] = any(fnmatchcase(unit, p) for p in self._patterns)
+        return wanted
 
     def feed(self, record: Record) -> bool:
         """Apply a record to its unit's tracker; False if filtered out or a duplicate."""
-        unit = record.unit or self._default_unit
-        if not self.wants(unit):
-            self.unrouted_total += 1
-            return False
-        key = (record.host, unit)
+        return self.feed_many((record,)) == 1
+
+    def feed_many(self, records: Iterable[Record]) -> int:
+        """Apply records in order (as ``feed`` each); return how many were applied.
+
+        Consecutive records of one unit go to its tracker as one run (``feed_many``).
+        """
+        applied = 0
+        run: list[Record] = []
+        run_key: tuple[str | None, str] | None = None
+        run_tracker: UnitTracker | None = None
+        for record in records:
+            unit = record.unit or self._default_unit
+            if self._patterns and not self.wants(unit):
+                self.unrouted_total += 1
+                continue
+            key = (record.host, unit)
+            if key != run_key:
+                if run_tracker is not None and run:
+                    applied += run_tracker.feed_many(run)
+                    run = []
+                run_key = key
+                run_tracker = self._tracker(key)
+            run.append(record)
+        if run_tracker is not None and run:
+            applied += run_tracker.feed_many(run)
+        return applied
+
+    def _tracker(self, key: tuple[str | None, str]) -> UnitTracker:
         tracker = self._trackers.get(key)
         if tracker is None:
-            tracker = self._trackers[key] = self._factory(unit, record.host)
-        return tracker.feed(record)
+            host, unit = key
+            tracker = self._trackers[key] = self._factory(unit, host)
+        return tracker
 
     def __iter__(self) -> Iterator[UnitTracker]:
         return iter(list(self._trackers.values()))

@@ -181,6 +181,28 @@ def _parse_json(text: str) -> LineAnatomy | None:
     return LineAnatomy(body, LineKind.JSON, level, None, None, role, rank, pid, name)
 
 
+_HEADER_FIRST = frozenset("DIWEC")
+_VLLM = LineKind.VLLM
+_UVICORN_KIND = LineKind.UVICORN
+_RAW = LineKind.RAW
+_MAX_CACHED_PREFIX = 160
+_new_anatomy = tuple.__new__  # LineAnatomy without the keyword-default wrapper (hot path)
+
+
+@lru_cache(maxsize=4096)
+def _parse_prefix(text: str) -> tuple[int, Role | None, int | None, int, str | None] | None:
+    """Parse one process prefix ``(name pid=N)`` (text up to its ``)`` and one more character).
+
+    Cached: a host has few processes, and their prefix repeats on nearly every line.
+    """
+    match = _PREFIX.match(text)
+    if match is None:
+        return None
+    name, pid_text = match.group("name", "pid")
+    role, rank = parse_process_name(name) if name else (None, None)
+    return match.end(), role, rank, int(pid_text), name
+
+
 def parse_line(line: str) -> LineAnatomy:
     """Split a physical line into prefix, header and body; never raises.
 
@@ -202,45 +224,47 @@ def parse_line(line: str) -> LineAnatomy:
     name: str | None = None
     position = 0
     while line.startswith("(", position):
-        match = _PREFIX.match(line, position)
-        if match is None:
+        # A prefix ends at its first ")": its name, PID and ip parts hold none.
+        close = line.find(")", position)
+        if 0 <= close - position <= _MAX_CACHED_PREFIX:
+            found = _parse_prefix(line[position : close + 2])
+        else:
+            match = _PREFIX.match(line, position)
+            found = _parse_prefix(match.group()) if match is not None else None
+        if found is None:
             break
-        name = match.group("name")
-        pid = int(match.group("pid"))
+        length, found_role, found_rank, pid, name = found
         if name:
-            role, rank = parse_process_name(name)
-        position = match.end()
+            role, rank = found_role, found_rank
+        position += length
     first = line[position : position + 1]
-    if first in ("D", "I", "W", "E", "C"):
+    if first in _HEADER_FIRST:
         header = _HEADER.match(line, position)
         if header is not None:
-            return LineAnatomy(
-                line[header.end() :],
-                LineKind.VLLM,
-                header.group("level"),
-                header.group("stamp"),
-                header.group("source"),
-                role,
-                rank,
-                pid,
-                name,
+            level, stamp, source = header.group(1, 2, 3)
+            return _new_anatomy(
+                LineAnatomy,
+                (line[header.end() :], _VLLM, level, stamp, source, role, rank, pid, name),
             )
         uvicorn = _UVICORN.match(line, position)
         if uvicorn is not None:
-            return LineAnatomy(
-                line[uvicorn.end() :],
-                LineKind.UVICORN,
-                uvicorn.group("level"),
-                None,
-                None,
-                role,
-                rank,
-                pid,
-                name,
+            return _new_anatomy(
+                LineAnatomy,
+                (
+                    line[uvicorn.end() :],
+                    _UVICORN_KIND,
+                    uvicorn.group(1),
+                    None,
+                    None,
+                    role,
+                    rank,
+                    pid,
+                    name,
+                ),
             )
     elif first == "{" and line.startswith('{"', position):
         parsed = _parse_json(line[position:])
         if parsed is not None:
             return parsed
     body = line[position:] if position else line
-    return LineAnatomy(body, LineKind.RAW, None, None, None, role, rank, pid, name)
+    return _new_anatomy(LineAnatomy, (body, _RAW, None, None, None, role, rank, pid, name))

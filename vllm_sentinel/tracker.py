@@ -94,10 +94,14 @@ _LOW_LEVELS: Mapping[str, str] = MappingProxyType(
 _NOT_PROCESS_DEATH = ("Exception ignored in", "Exception in thread")
 _STOP_SIGNALS = frozenset({"TERM", "INT", "KILL", "15", "2", "9"})
 _STOP_STATUSES = frozenset({0, 130, 137, 143})
-_END_EVENTS = frozenset({
-    SystemdEvent.MAIN_PROCESS_EXITED, SystemdEvent.UNIT_FAILED, SystemdEvent.UNIT_STOPPED,
-    SystemdEvent.UNIT_DEACTIVATED,
-})
+_END_EVENTS = frozenset(
+    {
+        SystemdEvent.MAIN_PROCESS_EXITED,
+        SystemdEvent.UNIT_FAILED,
+        SystemdEvent.UNIT_STOPPED,
+        SystemdEvent.UNIT_DEACTIVATED,
+    }
+)
 _UNCONFIRMED_GRACE = 10  # × settle_seconds: how long a journal incarnation waits for systemd
 
 
@@ -664,8 +668,10 @@ class UnitTracker:
         if version and incarnation.vllm_version is None:
             incarnation.vllm_version = version[:64]
         model = groups.get("model")
-        if model and not incarnation.model_from_engine and (
-            incarnation.model is None or event is Event.ENGINE_INIT
+        if (
+            model
+            and not incarnation.model_from_engine
+            and (incarnation.model is None or event is Event.ENGINE_INIT)
         ):
             incarnation.model = model[:256]
             # the engine's report wins, once: later ones must not churn the info series
@@ -801,9 +807,7 @@ class UnitTracker:
             self._end(incarnation, Outcome.STOPPED, time)
 
     def _end(self, incarnation: _Incarnation, outcome: Outcome, time: datetime | None) -> None:
-        if time is not None and (
-            incarnation.settle_from is None or time > incarnation.settle_from
-        ):
+        if time is not None and (incarnation.settle_from is None or time > incarnation.settle_from):
             incarnation.settle_from = time  # each end signal restarts the settle window
         if incarnation.ended:
             if (

@@ -137,7 +137,7 @@ class DaemonProcess:
         with log.open("wb") as output:
             process = subprocess.Popen(
                 [sys.executable, "-m", "vllm_sentinel", "run", "--config", str(config),
-                 "--log-level", "warning", "--log-format", "json"],
+                 "--log-level", "info", "--log-format", "json"],
                 stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT, env=env,
                 cwd=ROOT,
             )  # fmt: skip

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -161,7 +162,16 @@ def _local(workdir: Path, window: float, rates: tuple[int, ...]) -> dict[str, An
                 written = measured.pop("work")
                 measured["records_written"] = written
                 measured["records_per_second"] = written / measured["seconds"]
-                measured["catch_up_seconds"] = _catch_up(writer, scraper, before + written)
+                target = before + written
+                try:
+                    measured["catch_up_seconds"] = _catch_up(writer, scraper, target)
+                except TimeoutError:
+                    # reported, not fatal: the footprint figures above are still valid; exact
+                    # delivery is proven by tests/integration/test_reliability.py
+                    measured["catch_up_seconds"] = None
+                    measured["records_not_seen"] = target - _records_seen(scraper)
+                    print(f"  [footprint] rate {rate}: {measured['records_not_seen']} records "
+                          "not seen on /metrics after 120 s", file=sys.stderr)
                 results[f"rate_{rate}"] = measured
             results["idle"].pop("work", None)
         finally:

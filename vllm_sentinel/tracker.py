@@ -174,6 +174,29 @@ def _int(text: str | None) -> int | None:
         return None
 
 
+def _gib_bytes(text: str | None) -> int | None:
+    value = _float(text)
+    return int(value * _GIB) if value is not None else None
+
+
+_FIGURES: Mapping[Event, tuple[tuple[str, str, Callable[[str | None], float | int | None]], ...]]
+_FIGURES = MappingProxyType(
+    {  # event → (named group of the marker, incarnation field, conversion)
+        Event.WEIGHTS_LOADED: (("s", "weights_load_seconds", _float),),
+        Event.MODEL_LOADED: (("gib", "model_weights_bytes", _gib_bytes),),
+        Event.COMPILE_FINISHED: (("s", "compile_seconds", _float),),
+        Event.KV_CACHE_MEMORY: (("gib", "kv_cache_bytes", _gib_bytes),),
+        Event.KV_CACHE_SIZED: (("tokens", "kv_cache_tokens", _int),),
+        Event.GRAPH_CAPTURE_FINISHED: (
+            ("gib", "cuda_graph_bytes", _gib_bytes),
+            ("s", "cuda_graph_capture_seconds", _float),
+        ),
+        Event.ENGINE_READY: (("s", "engine_init_seconds", _float),),
+    }
+)
+"""The figures a marker line carries: where each named group goes, converted to base units."""
+
+
 class UnitTracker:
     """The state machine of one unit.
 
@@ -676,39 +699,21 @@ class UnitTracker:
             incarnation.model = model[:256]
             # the engine's report wins, once: later ones must not churn the info series
             incarnation.model_from_engine = event is Event.ENGINE_INIT
+        for group, attribute, convert in _FIGURES.get(event, ()):
+            value = convert(groups.get(group))
+            if value is not None:
+                setattr(incarnation, attribute, value)
         if event is Event.WEIGHTS_PROGRESS:
             loaded, total = _int(groups.get("n")), _int(groups.get("total"))
             if total:
                 incarnation.shards_total = total
                 incarnation.shards_loaded = max(loaded or 0, incarnation.shards_loaded or 0)
-        elif event is Event.WEIGHTS_LOADED:
-            incarnation.weights_load_seconds = _float(groups.get("s"))
         elif event is Event.MODEL_LOADED:
-            gib = _float(groups.get("gib"))
-            if gib is not None:
-                incarnation.model_weights_bytes = int(gib * _GIB)
             seconds = _float(groups.get("s"))
             if seconds is not None and incarnation.weights_load_seconds is None:
                 incarnation.weights_load_seconds = seconds
             if incarnation.shards_total:
                 incarnation.shards_loaded = incarnation.shards_total
-        elif event is Event.COMPILE_FINISHED:
-            incarnation.compile_seconds = _float(groups.get("s"))
-        elif event is Event.KV_CACHE_MEMORY:
-            gib = _float(groups.get("gib"))
-            if gib is not None:
-                incarnation.kv_cache_bytes = int(gib * _GIB)
-        elif event is Event.KV_CACHE_SIZED:
-            tokens = _int(groups.get("tokens"))
-            if tokens is not None:
-                incarnation.kv_cache_tokens = tokens
-        elif event is Event.GRAPH_CAPTURE_FINISHED:
-            gib = _float(groups.get("gib"))
-            if gib is not None:
-                incarnation.cuda_graph_bytes = int(gib * _GIB)
-            incarnation.cuda_graph_capture_seconds = _float(groups.get("s"))
-        elif event is Event.ENGINE_READY:
-            incarnation.engine_init_seconds = _float(groups.get("s"))
 
     def _on_exception(
         self,

@@ -170,8 +170,11 @@ def _local(workdir: Path, window: float, rates: tuple[int, ...]) -> dict[str, An
                     # delivery is proven by tests/integration/test_reliability.py
                     measured["catch_up_seconds"] = None
                     measured["records_not_seen"] = target - _records_seen(scraper)
-                    print(f"  [footprint] rate {rate}: {measured['records_not_seen']} records "
-                          "not seen on /metrics after 120 s", file=sys.stderr)
+                    print(
+                        f"  [footprint] rate {rate}: {measured['records_not_seen']} records "
+                        "not seen on /metrics after 120 s",
+                        file=sys.stderr,
+                    )
                 results[f"rate_{rate}"] = measured
             results["idle"].pop("work", None)
         finally:

@@ -26,6 +26,7 @@ from datetime import UTC, datetime, timedelta
 
 import orjson
 
+from vllm_sentinel.line_buffer import LineBuffer
 from vllm_sentinel.record import Record
 
 __all__ = ["JOURNAL_FIELDS", "JournalJsonDecoder", "decode_field"]
@@ -100,69 +101,56 @@ class JournalJsonDecoder:
 
     def __init__(self, host: str | None = None, *, max_line_bytes: int = 4 << 20) -> None:
         self.host = host
-        self._max = max_line_bytes
-        self._pending = bytearray()
-        self._discarding = False
+        self._lines = LineBuffer(max_line_bytes, keep_truncated=False)
+        self._overflows_counted = 0
         self.skipped: Counter[str] = Counter()
         self.last_cursor: str | None = None
         self.lines_total = 0
 
+    @property
+    def max_line_bytes(self) -> int:
+        """The longest line kept."""
+        return self._lines.max_line_bytes
+
+    @property
+    def pending_bytes(self) -> int:
+        """Bytes of a partial line held until its newline (at most ``max_line_bytes``)."""
+        return self._lines.pending_bytes
+
     def feed(self, chunk: bytes) -> list[Record]:
         """Decode every complete line in ``chunk``."""
         records: list[Record] = []
-        start = 0
-        if self._pending or self._discarding:
-            end = chunk.find(b"\n")
-            if end < 0:
-                self._buffer(chunk)
-                return records
-            discarding = self._discarding
-            self._buffer(chunk[:end])
-            piece = bytes(self._pending)
-            self._pending.clear()
-            self._discarding = False
-            start = end + 1
-            if not discarding:
-                record = self.decode_line(piece)
-                if record is not None:
-                    records.append(record)
-        last = chunk.rfind(b"\n")
-        if last < start:
-            self._buffer(chunk[start:])
-            return records
-        limit = self._max
-        decode_line = self.decode_line
-        append = records.append
-        for piece in chunk[start:last].split(b"\n"):
-            if len(piece) > limit:
-                self.skipped["line_too_long"] += 1
-                continue
-            record = decode_line(piece)
+        completed, block = self._lines.push(chunk)
+        if completed is not None:
+            record = self.decode_line(completed)
             if record is not None:
-                append(record)
-        self._buffer(chunk[last + 1 :])
+                records.append(record)
+        if block is not None:
+            too_long = self._lines.is_too_long
+            limit = self._lines.max_line_bytes
+            decode_line = self.decode_line
+            append = records.append
+            for piece in block.split(b"\n"):
+                if len(piece) > limit and too_long(piece):
+                    continue
+                record = decode_line(piece)
+                if record is not None:
+                    append(record)
+        self._count_overflows()
         return records
 
     def flush(self) -> list[Record]:
         """Decode a last line without newline (end of input)."""
-        if self._discarding or not self._pending:
-            self._pending.clear()
-            self._discarding = False
-            return []
-        piece = bytes(self._pending)
-        self._pending.clear()
-        record = self.decode_line(piece)
+        piece = self._lines.flush()
+        self._count_overflows()
+        record = self.decode_line(piece) if piece is not None else None
         return [record] if record is not None else []
 
-    def _buffer(self, data: bytes) -> None:
-        if self._discarding or not data:
-            return
-        if len(self._pending) + len(data) > self._max:
-            self._pending.clear()
-            self._discarding = True
-            self.skipped["line_too_long"] += 1
-        else:
-            self._pending += data
+    def _count_overflows(self) -> None:
+        overflows = self._lines.overflows
+        if overflows != self._overflows_counted:
+            self.skipped["line_too_long"] += overflows - self._overflows_counted
+            self._overflows_counted = overflows
 
     def decode_line(self, line: bytes) -> Record | None:
         """Decode one JSON line; ``None`` (and a count in ``skipped``) if it is no record."""

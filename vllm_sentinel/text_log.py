@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import MappingProxyType
 
+from vllm_sentinel.line_buffer import LineBuffer
 from vllm_sentinel.record import Record
 from vllm_sentinel.vllm_line import strip_ansi
 
@@ -154,34 +155,31 @@ class TextLogDecoder:
         self._last_month = 0
         self._short_key: tuple[str, str, str] | None = None  # last journald-short time read
         self._short_value: datetime | None = None
-        self._max = max_line_bytes
-        self._pending = bytearray()
-        self._discarding = False
+        self._lines = LineBuffer(max_line_bytes, keep_truncated=True)
+        self._overflows_counted = 0
         self.skipped: Counter[str] = Counter()
         self.repaired: Counter[str] = Counter()
         self.lines_total = 0
 
+    @property
+    def max_line_bytes(self) -> int:
+        """The longest line kept."""
+        return self._lines.max_line_bytes
+
+    @property
+    def pending_bytes(self) -> int:
+        """Bytes of a partial line held until its newline (at most ``max_line_bytes``)."""
+        return self._lines.pending_bytes
+
     def feed(self, chunk: bytes) -> list[Record]:
         """Decode every complete line in ``chunk`` (with what was pending before)."""
         records: list[Record] = []
-        start = 0
-        if self._pending or self._discarding:
-            end = chunk.find(b"\n")
-            if end < 0:
-                self._buffer(chunk)
-                return records
-            self._buffer(chunk[:end])
-            piece = bytes(self._pending)
-            self._pending.clear()
-            self._discarding = False
-            records.append(self._decode(piece))
-            start = end + 1
-        last = chunk.rfind(b"\n")
-        if last < start:
-            self._buffer(chunk[start:])
-            return records
-        self._decode_block(chunk[start:last], records)
-        self._buffer(chunk[last + 1 :])
+        completed, block = self._lines.push(chunk)
+        if completed is not None:
+            records.append(self._decode(completed))
+        if block is not None:
+            self._decode_block(block, records)
+        self._count_overflows()
         return records
 
     def _decode_block(self, block: bytes, records: list[Record]) -> None:
@@ -195,14 +193,10 @@ class TextLogDecoder:
             text = block.decode("utf-8")
         except UnicodeDecodeError:
             text = None
-        if text is None or (
-            len(block) > self._max and any(len(p) > self._max for p in block.split(b"\n"))
-        ):
+        limit = self._lines.max_line_bytes
+        if text is None or (len(block) > limit and any(len(p) > limit for p in block.split(b"\n"))):
             for raw in block.split(b"\n"):
-                piece = raw
-                if len(piece) > self._max:
-                    piece = piece[: self._max]
-                    self.skipped["line_truncated"] += 1
+                piece = raw[:limit] if self._lines.is_too_long(raw) else raw
                 records.append(self._decode(piece))
             return
         lines = text.split("\n")
@@ -221,25 +215,15 @@ class TextLogDecoder:
 
     def flush(self) -> list[Record]:
         """Decode what is left after the last newline (end of input)."""
-        if not self._pending:
-            self._discarding = False
-            return []
-        piece = bytes(self._pending)
-        self._pending.clear()
-        self._discarding = False
-        record = self._decode(piece)
-        return [record] if record is not None else []
+        piece = self._lines.flush()
+        self._count_overflows()
+        return [self._decode(piece)] if piece is not None else []
 
-    def _buffer(self, data: bytes) -> None:
-        if self._discarding or not data:
-            return
-        room = self._max - len(self._pending)
-        if len(data) > room:
-            self._pending += data[: max(room, 0)]
-            self._discarding = True
-            self.skipped["line_truncated"] += 1
-        else:
-            self._pending += data
+    def _count_overflows(self) -> None:
+        overflows = self._lines.overflows
+        if overflows != self._overflows_counted:
+            self.skipped["line_truncated"] += overflows - self._overflows_counted
+            self._overflows_counted = overflows
 
     def _decode(self, raw: bytes) -> Record:
         self.lines_total += 1

@@ -205,7 +205,7 @@ def run_one(data: bytes) -> None:
         for record in decoder.feed(piece):
             assert isinstance(record, Record)
             trackers.feed(record)
-        assert len(decoder._pending) <= decoder._max
+        assert decoder.pending_bytes <= decoder.max_line_bytes
     for record in decoder.flush():
         trackers.feed(record)
     units = []

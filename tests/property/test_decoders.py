@@ -41,7 +41,7 @@ def _feed_all(decoder: JournalJsonDecoder | TextLogDecoder, chunks: list[bytes])
     records: list[Record] = []
     for piece in chunks:
         records += decoder.feed(piece)
-        assert len(decoder._pending) <= decoder._max
+        assert decoder.pending_bytes <= decoder.max_line_bytes
     return records + decoder.flush()
 
 
@@ -147,7 +147,7 @@ class TestJournalJsonDecoder:
         piece = b'{"MESSAGE":"' + b"a" * (64 * 1024)
         for _ in range(256):
             assert decoder.feed(piece) == []
-            assert len(decoder._pending) <= MIB
+            assert decoder.pending_bytes <= MIB
         (record,) = decoder.feed(b"\n" + orjson.dumps({"MESSAGE": "after"}) + b"\n")
         assert record.message == "after"
         assert decoder.skipped["line_too_long"] == 1
@@ -268,7 +268,7 @@ class TestTextLogDecoder:
         decoder = TextLogDecoder("u", max_line_bytes=MIB)
         for _ in range(256):
             assert decoder.feed(b"\x1b[31m" + b"b" * (64 * 1024)) == []
-            assert len(decoder._pending) <= MIB
+            assert decoder.pending_bytes <= MIB
         (cut,) = decoder.feed(b"\nnext line\n")[:1]
         assert len(cut.message) <= MIB
         assert decoder.skipped["line_truncated"] == 1

@@ -1,0 +1,49 @@
+"""LineBuffer: whole lines out of any chunking, a bounded partial line, overflows counted."""
+
+from __future__ import annotations
+
+from vllm_sentinel.line_buffer import LineBuffer
+
+
+def _lines(buffer: LineBuffer, chunks: list[bytes]) -> list[bytes]:
+    out: list[bytes] = []
+    for chunk in chunks:
+        completed, block = buffer.push(chunk)
+        if completed is not None:
+            out.append(completed)
+        if block is not None:
+            out.extend(line for line in block.split(b"\n") if not buffer.is_too_long(line))
+    rest = buffer.flush()
+    return [*out, rest] if rest is not None else out
+
+
+class TestLineBuffer:
+    """Splitting and bounds."""
+
+    def test_any_chunking_gives_the_same_lines(self) -> None:
+        """Lines split across chunks come out whole; the tail without newline at flush."""
+        data = b"alpha\nbeta\n\ngamma\ndelta"
+        for size in range(1, len(data) + 1):
+            chunks = [data[i : i + size] for i in range(0, len(data), size)]
+            assert _lines(LineBuffer(100, keep_truncated=False), chunks) == [
+                b"alpha",
+                b"beta",
+                b"",
+                b"gamma",
+                b"delta",
+            ]
+
+    def test_long_pending_line_is_cut_or_dropped(self) -> None:
+        """Over the limit, a partial line is cut (text) or dropped (JSON); counted once."""
+        for keep, expected in ((True, [b"xxxx", b"ok"]), (False, [b"ok"])):
+            buffer = LineBuffer(4, keep_truncated=keep)
+            assert _lines(buffer, [b"xx", b"xxxxxxx", b"xx\nok\n"]) == expected
+            assert buffer.overflows == 1
+            assert buffer.pending_bytes == 0
+
+    def test_pending_never_exceeds_the_limit(self) -> None:
+        """Megabytes without a newline hold at most max_line_bytes."""
+        buffer = LineBuffer(1024, keep_truncated=True)
+        for _ in range(100):
+            buffer.push(b"y" * 65536)
+            assert buffer.pending_bytes <= 1024

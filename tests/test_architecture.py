@@ -14,6 +14,7 @@ import vllm_sentinel
 PACKAGE = Path(vllm_sentinel.__file__).parent
 CORE = (
     "record",
+    "line_buffer",
     "journal_json",
     "text_log",
     "vllm_line",

@@ -69,6 +69,14 @@ class Transport(Protocol):
         ...
 
 
+async def _stderr_tail(stream: asyncio.StreamReader) -> bytes:
+    """Read a child's stderr to its end, keeping only the last ``_STDERR_TAIL`` bytes."""
+    tail = b""
+    while chunk := await stream.read(_READ_SIZE):
+        tail = (tail + chunk)[-_STDERR_TAIL:]
+    return tail
+
+
 def _tail(data: bytes) -> str:
     return data[-_STDERR_TAIL:].decode("utf-8", errors="replace").strip()
 
@@ -79,9 +87,9 @@ class LocalTransport:
     def __init__(self, host: str = "localhost") -> None:
         self.host = host
 
-    async def stream(self, argv: Sequence[str]) -> AsyncGenerator[bytes, None]:
+    async def _spawn(self, argv: Sequence[str]) -> asyncio.subprocess.Process:
         try:
-            process = await asyncio.create_subprocess_exec(
+            return await asyncio.create_subprocess_exec(
                 *argv,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
@@ -89,9 +97,12 @@ class LocalTransport:
             )
         except OSError as error:
             raise TransportError(self.host, "spawn_failed", f"{argv[0]}: {error}") from error
+
+    async def stream(self, argv: Sequence[str]) -> AsyncGenerator[bytes, None]:
+        process = await self._spawn(argv)
         assert process.stdout is not None
         assert process.stderr is not None
-        stderr_task = asyncio.ensure_future(process.stderr.read())
+        stderr_task = asyncio.ensure_future(_stderr_tail(process.stderr))
         finished = False
         try:
             while True:
@@ -112,15 +123,7 @@ class LocalTransport:
                 await asyncio.gather(stderr_task, return_exceptions=True)
 
     async def run(self, argv: Sequence[str], timeout: float) -> bytes:  # noqa: ASYNC109 (Transport API)
-        try:
-            process = await asyncio.create_subprocess_exec(
-                *argv,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-            )
-        except OSError as error:
-            raise TransportError(self.host, "spawn_failed", f"{argv[0]}: {error}") from error
+        process = await self._spawn(argv)
         try:
             async with asyncio.timeout(timeout):
                 stdout, stderr = await process.communicate()

@@ -33,11 +33,13 @@ def _extensions() -> list[object]:
         return []
     try:
         from mypyc.build import mypycify
-    except ImportError:
+
+        extensions = mypycify(HOT_PATH, opt_level="3")
+    except (ImportError, SystemExit, Exception) as error:  # mypyc unavailable or refused
+        print(f"vllm-sentinel: not compiling the core ({error!r}); installing pure Python")
         return []
-    extensions = mypycify(HOT_PATH, opt_level="3")
     for extension in extensions:
-        extension.optional = True  # no compiler: install the pure-Python modules instead
+        extension.optional = True  # no C compiler: install the pure-Python modules instead
     return list(extensions)
 
 

@@ -16,8 +16,8 @@ Usage: ``python scripts/build-demo-data.py`` from the repository root.
 
 from __future__ import annotations
 
+import hashlib
 import json
-import secrets
 import shutil
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,6 +27,11 @@ from vllm_sentinel.text_log import TextLogDecoder
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "vllm_sentinel" / "incidents"
 STARTED = "39f53479d3a045ac8e117862248231bf"
+
+
+def _invocation_id(unit: str, number: int) -> str:
+    """A stable invocation id, so that rebuilding the data changes nothing."""
+    return hashlib.sha256(f"{unit}:{number}".encode()).hexdigest()[:32]
 
 
 def _entry(
@@ -68,7 +73,8 @@ def from_journald_text(path: Path, unit: str, start_line: int) -> list[dict[str,
     lines = path.read_bytes().splitlines(keepends=True)[start_line:]
     records = decoder.feed(b"".join(lines)) + decoder.flush()
     entries = []
-    invocation = secrets.token_hex(16)
+    starts = 0
+    invocation = _invocation_id(unit, starts)
     for record in records:
         if record.message.startswith("-- "):
             continue
@@ -77,7 +83,8 @@ def from_journald_text(path: Path, unit: str, start_line: int) -> list[dict[str,
         if manager and ": " in text and text.split(": ", 1)[0].endswith(".service"):
             text = text.replace(text.split(": ", 1)[0], unit, 1)
         if manager and text.startswith("Started "):
-            invocation = secrets.token_hex(16)
+            starts += 1
+            invocation = _invocation_id(unit, starts)
         assert record.realtime is not None
         entries.append(
             _entry(
@@ -95,7 +102,7 @@ def from_journald_text(path: Path, unit: str, start_line: int) -> list[dict[str,
 
 def stalled_load() -> list[dict[str, str]]:
     unit = "vllm-llama-405b.service"
-    invocation = secrets.token_hex(16)
+    invocation = _invocation_id(unit, 1)
     base = datetime(2026, 11, 28, 20, 0, 0, tzinfo=UTC).timestamp()
     script: list[tuple[float, str, int | None, bool]] = [
         (0, "Started vllm-llama-405b.service - vLLM Llama 3.1 405B.", None, True),
@@ -107,13 +114,13 @@ def stalled_load() -> list[dict[str, str]]:
         ),
         (
             5,
-            "(APIServer pid=4100) INFO 11-28 20:00:05 [utils.py:233] non-default args: {'model': 'meta-llama/Llama-3.1-405B-Instruct-FP8', 'tensor_parallel_size': 8}",
+            "(APIServer pid=4100) INFO 11-28 20:00:05 [utils.py:233] non-default args: {'model': 'meta-llama/Llama-3.1-405B-Instruct-FP8', 'tensor_parallel_size': 4}",
             4100,
             False,
         ),
         (
             14,
-            "(EngineCore_DP0 pid=4180) INFO 11-28 20:00:14 [core.py:77] Initializing a V1 LLM engine (v0.11.0) with config: model='meta-llama/Llama-3.1-405B-Instruct-FP8', tensor_parallel_size=8",
+            "(EngineCore_DP0 pid=4180) INFO 11-28 20:00:14 [core.py:77] Initializing a V1 LLM engine (v0.11.0) with config: model='meta-llama/Llama-3.1-405B-Instruct-FP8', tensor_parallel_size=4",
             4180,
             False,
         ),

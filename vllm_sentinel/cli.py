@@ -67,13 +67,28 @@ def cli() -> None:
     default=None,
     help="JSON: keep units matching this name/glob. Text: the unit name to report.",
 )
-@click.option("--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option(
+    "--output",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="A timeline with verdicts, or one JSON document.",
+)
 def replay_command(
     files: tuple[str, ...], input_format: str, unit: str | None, output: str
 ) -> None:
-    """Replay recorded logs (FILE… or - for stdin) and print each unit's timeline and verdict."""
+    """Replay recorded logs (FILE… or - for stdin) and print each unit's timeline and verdict.
+
+    Journal JSON keeps its units; each plain-text file is one unit (``vllm``, or the file's
+    name when several are given).
+    """
     for path in files:
-        if path != "-" and not Path(path).is_file():
+        if path == "-":
+            continue
+        if Path(path).is_dir():
+            click.echo(f"vllm-sentinel: cannot read {path}: is a directory", err=True)
+            sys.exit(2)
+        if not Path(path).is_file():
             click.echo(f"vllm-sentinel: cannot read {path}: no such file", err=True)
             sys.exit(2)
     try:
@@ -81,6 +96,7 @@ def replay_command(
             (_file_chunks(path) for path in files),
             input_format=InputFormat(input_format),
             unit=unit,
+            names=[Path(path).name if path != "-" else "stdin" for path in files],
             reference_year=datetime.now(UTC).year,
         )
     except OSError as error:
@@ -148,7 +164,7 @@ def run_command(config_path: str | None, log_format: str, log_level: str) -> Non
 @cli.command("check-config")
 @click.argument("path", type=click.Path(dir_okay=False))
 def check_config_command(path: str) -> None:
-    """Validate a config file and summarise it; exit 2 with every error if it is invalid."""
+    """Validate a config file (every bad key reported at once, exit 2)."""
     try:
         for line in check_config(path):
             click.echo(line)

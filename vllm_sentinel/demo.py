@@ -45,6 +45,8 @@ __all__ = [
 ]
 
 DEMO_HOST = "demo-gpu-01"
+_DEMO_GPUS = 13
+_GPUS_OF_SLOT = (range(0, 8), range(8, 9), range(9, 13))  # kimi TP=8, qwen TP=1, llama TP=4
 _GIB = 1 << 30
 
 
@@ -109,10 +111,47 @@ async def play_incident(
             if record is not None:
                 await emit(JournalBatch(DEMO_HOST, (record,), None))
         await sleep(incident.pause_seconds)
+        await _stop_unit(incident, entries, loop, decoder, emit, clock)
+
+
+async def _stop_unit(
+    incident: DemoIncident,
+    entries: list[dict[str, object]],
+    loop: int,
+    decoder: JournalJsonDecoder,
+    emit: Callable[[JournalBatch], Awaitable[None]],
+    clock: Callable[[], datetime],
+) -> None:
+    """End the loop as an operator would: systemd stops the unit before it plays again."""
+    invocation = next(
+        (
+            entry.get("_SYSTEMD_INVOCATION_ID") or entry.get("INVOCATION_ID")
+            for entry in reversed(entries)
+            if entry.get("_SYSTEMD_INVOCATION_ID") or entry.get("INVOCATION_ID")
+        ),
+        None,
+    )
+    if invocation is None:
+        return
+    stop = (f"Stopping {incident.unit} - demo...", f"{incident.unit}: Deactivated successfully.")
+    for message in stop:
+        entry: dict[str, object] = {
+            "__REALTIME_TIMESTAMP": str(int(clock().timestamp() * 1e6)),
+            "MESSAGE": message,
+            "_PID": "1",
+            "SYSLOG_IDENTIFIER": "systemd",
+            "_SYSTEMD_UNIT": "init.scope",
+            "UNIT": incident.unit,
+            "INVOCATION_ID": _renew(invocation, loop),
+        }
+        record = decoder.decode_entry(entry)
+        if record is not None:
+            await emit(JournalBatch(DEMO_HOST, (record,), None))
 
 
 def demo_gpu_sample(monitor: Monitor, now: datetime, units: Sequence[str]) -> GpuSample:
-    """A synthetic 8×H200 reading: each loading or ready unit holds memory on its GPUs."""
+    """A synthetic reading of the demo host's 13 H200s: each loading or ready unit holds
+    memory on its own GPUs (Kimi TP=8, Qwen TP=1, Llama TP=4)."""
     devices = []
     processes = []
     held: dict[int, int] = {}
@@ -128,13 +167,13 @@ def demo_gpu_sample(monitor: Monitor, now: datetime, units: Sequence[str]) -> Gp
         if current.phase not in (Phase.STARTING, Phase.INITIALIZING, Phase.LOADING_WEIGHTS):
             ratio = 1.0
         per_gpu = int((2 + 108 * ratio) * _GIB)
-        gpus = (range(0, 4), range(4, 5), range(5, 8))[slot % 3]
+        gpus = _GPUS_OF_SLOT[slot % len(_GPUS_OF_SLOT)]
         pids = list(current.pids) or [1]
         for index in gpus:
             pid = pids[min(len(pids) - 1, 1 + index if len(pids) > 1 else 0)]
             processes.append(GpuProcess(f"GPU-demo-{index}", pid, per_gpu))
             held[index] = held.get(index, 0) + per_gpu
-    for index in range(8):
+    for index in range(_DEMO_GPUS):
         devices.append(
             GpuDevice(
                 index,
@@ -185,9 +224,8 @@ async def run_demo(
     server = start_http_server(listen_host, listen_port, app)
     url = f"http://{server.host}:{server.port}"
     announce(f"vllm-sentinel demo: playing {len(INCIDENTS)} real-shaped incidents on {DEMO_HOST}")
-    announce(
-        f"  metrics: curl -s {url}/metrics | grep -E 'unit_phase\\{{.*\\}} 1|crashes_total|stalled'"
-    )
+    wanted = r"unit_phase\{.*\} 1|crashes_total\{.*\} [1-9]|unit_stalled"
+    announce(f"  metrics: curl -s {url}/metrics | grep -E '{wanted}'")
     announce(f"  status:  curl -s {url}/status   (or: vllm-sentinel status --url {url})")
     announce("  Ctrl-C stops.")
     queue: asyncio.Queue[object] = asyncio.Queue()

@@ -365,47 +365,39 @@ class Monitor:
                 continue  # the same tracker snapshots as last time: nothing new to log
             for unit in host.units:
                 counted = sum(unit.crashes_total.values())
-                key_counted = (host.host, unit.unit)
-                if counted > self._counted.get(key_counted, 0) and unit.last_crash is not None:
-                    _log.info(
-                        "unit_crash_counted",
+                key = (host.host, unit.unit)
+                crash = unit.last_crash
+                if counted > self._counted.get(key, 0) and crash is not None:
+                    # logged once the root cause is settled (late lines included), as counted
+                    _log.warning(
+                        "unit_crashed",
                         host=host.host,
                         unit=unit.unit,
-                        invocation_id=unit.last_crash.invocation_id,
-                        cause=unit.last_crash.cause.value,
+                        invocation_id=crash.invocation_id,
+                        phase=crash.phase.value,
+                        cause=crash.cause.value,
+                        exception_class=crash.exception,
+                        message=crash.message[:300],
                         crashes_total=counted,
                     )
-                self._counted[key_counted] = counted
+                self._counted[key] = counted
                 current = unit.current
                 if current is None:
                     continue
-                key = (host.host, unit.unit)
                 state = (current.id, current.phase, current.outcome)
                 previous = self._previous.get(key)
                 if previous == state:
                     continue
                 self._previous[key] = state
-                if current.outcome is Outcome.CRASHED and current.crash is not None:
-                    _log.warning(
-                        "unit_crashed",
-                        host=host.host,
-                        unit=unit.unit,
-                        invocation_id=current.id,
-                        phase=current.crash.phase.value,
-                        cause=current.crash.cause.value,
-                        exception=current.crash.exception,
-                        message=current.crash.message[:300],
-                    )
-                else:
-                    _log.info(
-                        "unit_phase_changed",
-                        host=host.host,
-                        unit=unit.unit,
-                        invocation_id=current.id,
-                        phase=current.phase.value,
-                        previous_phase=previous[1].value if previous else None,
-                        stalled=unit.stalled,
-                    )
+                _log.info(
+                    "unit_phase_changed",
+                    host=host.host,
+                    unit=unit.unit,
+                    invocation_id=current.id,
+                    phase=current.phase.value,
+                    previous_phase=previous[1].value if previous else None,
+                    stalled=unit.stalled,
+                )
 
     async def run(self, queue: asyncio.Queue[JournalBatch | GpuSample | GpuDown | Tick]) -> None:
         """Apply queue items forever, publishing when idle or every publish interval."""

@@ -56,6 +56,7 @@ def replay(
     *,
     input_format: InputFormat = InputFormat.AUTO,
     unit: str | None = None,
+    names: Sequence[str] | None = None,
     reference_year: int = 1970,
     benign_patterns: Sequence[str] = DEFAULT_BENIGN_PATTERNS,
 ) -> ReplayResult:
@@ -66,11 +67,15 @@ def replay(
         input_format: ``AUTO`` decides per input from its first chunk.
         unit: for journal JSON, keep only units matching this name or glob; for text, the
             unit name to report (default ``vllm``).
+        names: one name per input (file names); with several text inputs and no ``unit``,
+            each text input is its own unit, named after its input, so that unrelated logs
+            never merge into one timeline.
         reference_year: year for timestamps that carry none.
         benign_patterns: regexes of ERROR lines known not to be fatal.
 
     Returns:
-        The snapshots (at the end of input: pending crashes confirmed, all crashes settled).
+        The snapshots (at the end of input: pending crashes confirmed, all crashes settled),
+        without units in which no line looked like vLLM's or systemd's.
     """
     matcher = MarkerMatcher()
     benign = BenignMatcher(benign_patterns)
@@ -85,8 +90,11 @@ def replay(
     skipped: Counter[str] = Counter()
     repaired: Counter[str] = Counter()
     lines = 0
-    for chunks in inputs:
+    for index, chunks in enumerate(inputs):
         decoder: JournalJsonDecoder | TextLogDecoder | None = None
+        input_unit = text_unit
+        if unit is None and names is not None and len(names) > 1:
+            input_unit = names[index]
         for chunk in chunks:
             if decoder is None:
                 chosen = (
@@ -95,7 +103,7 @@ def replay(
                 decoder = (
                     JournalJsonDecoder()
                     if chosen is InputFormat.JSON
-                    else TextLogDecoder(text_unit, reference_year=reference_year)
+                    else TextLogDecoder(input_unit, reference_year=reference_year)
                 )
             trackers.feed_many(decoder.feed(chunk))
         if decoder is None:
@@ -108,6 +116,7 @@ def replay(
     units = []
     for tracker in trackers:
         tracker.finish()
-        units.append(tracker.snapshot())
+        if tracker.recognized_lines:
+            units.append(tracker.snapshot())
     units.sort(key=lambda snapshot: (snapshot.host or "", snapshot.unit))
     return ReplayResult(tuple(units), skipped, repaired, lines)

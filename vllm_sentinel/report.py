@@ -238,6 +238,10 @@ def status_document(snapshot: Snapshot) -> dict[str, Any]:
     }
 
 
+def _shorten(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1].rstrip() + "…"
+
+
 def render_status(document: Mapping[str, Any]) -> str:
     """A table of a ``/status`` document: collectors per host, then one line per unit."""
     out = [f"vllm-sentinel at {document.get('at')}"]
@@ -254,7 +258,10 @@ def render_status(document: Mapping[str, Any]) -> str:
         current = incarnations[-1]
         phases = current.get("phases") or [{}]
         last = next((item["crash"] for item in reversed(incarnations) if item.get("crash")), None)
-        crash = f"{last['cause']} ({last['exception'] or last['message'][:40]})" if last else "-"
+        crash = "-"
+        if last:
+            detail = last["exception"] or _shorten(last["message"], 40)
+            crash = f"{last['cause']}: {detail}" if detail else last["cause"]
         out.append(
             f"{unit.get('host') or '-':<16} {unit.get('unit'):<32} "
             f"{phases[-1].get('phase', '?'):<22} {current.get('outcome', '?'):<8} "

@@ -252,6 +252,7 @@ class UnitTracker:
         self._level_names = dict(_LOW_LEVELS)  # a plain dict: read on every line
         self.benign_errors_total = 0
         self.duplicates_total = 0
+        self.recognized_lines = 0  # lines that looked like vLLM's or systemd's (replay checks)
         self._phase_durations: dict[Phase, float] = {}
         self._startup_duration: float | None = None
         self._last_evicted_crash: CrashInfo | None = None
@@ -423,6 +424,8 @@ class UnitTracker:
         ):
             incarnation = self._start_incarnation(None, time)
         self.records_by_level[self._level_names.get(level, "none") if level else "none"] += 1
+        if kind is not LineKind.RAW or consumed or found is not None or line_pid is not None:
+            self.recognized_lines += 1  # vLLM's shape: a header, prefix, marker or traceback
         if incarnation.started_at is None and time is not None:
             incarnation.started_at = time  # the first line with a time (excerpts start anywhere)
             if incarnation.timeline[0].entered_at is None:
@@ -542,6 +545,7 @@ class UnitTracker:
         matched = match_systemd(line, record.message_id)
         if matched is None:
             return
+        self.recognized_lines += 1
         event, groups = matched
         if event is SystemdEvent.BOOT:
             current = self._current()

@@ -52,6 +52,29 @@ class TestReplay:
         crash = unit["incarnations"][1]["crash"]
         assert (crash["cause"], crash["exception"]) == ("kv_cache_insufficient", "ValueError")
 
+    def test_several_text_files_stay_apart(self) -> None:
+        """Two pasted logs are two units named after their files, never one merged timeline."""
+        first = ROOT / "tests/golden/logs/005-v0-0.2-kv-cache-too-small.log"
+        second = ROOT / "tests/golden/logs/001-port-in-use-after-startup-docker-compose.log"
+        result = _run("replay", "--output", "json", str(first), str(second))
+        assert result.returncode == 0
+        units = {u["unit"]: u for u in json.loads(result.stdout)["units"]}
+        assert set(units) == {first.name, second.name}
+        assert units[second.name]["incarnations"][-1]["crash"]["cause"] == "port_in_use"
+        assert units[first.name]["incarnations"][-1]["furthest_phase"] == "profiling_kv_cache"
+
+    def test_text_without_vllm_lines_is_not_a_unit(self) -> None:
+        """Text with nothing of vLLM's shape reports no unit."""
+        result = _run("replay", "-", stdin=b"hello world\nnothing to see\n")
+        assert result.returncode == 0
+        assert result.stdout.decode().strip() == "no vLLM records found"
+
+    def test_directory_is_named_as_such(self, tmp_path: Path) -> None:
+        """A directory is refused as a directory, not as a missing file."""
+        result = _run("replay", str(tmp_path))
+        assert result.returncode == 2
+        assert "is a directory" in result.stderr.decode()
+
     def test_unreadable_input_exits_2(self, tmp_path: Path) -> None:
         """A missing file is one line on stderr and exit status 2."""
         result = _run("replay", str(tmp_path / "missing.log"))

@@ -22,14 +22,12 @@ def test_quick_start_has_exactly_two_commands() -> None:
     """The Quick start is two commands: run the demo, run the tests."""
     text = README.read_text()
     section = text[text.index("## Quick start") : text.index("## Replaying a log")]
-    commands = [
-        line
-        for line in section.splitlines()
-        if line
-        and not line.startswith(("```", " "))
-        and (line.startswith(("pip ", "./", "vllm-sentinel")))
+    blocks = section.split("```")[1::2]  # the fenced code blocks
+    commands = [line for block in blocks for line in block.splitlines()[1:] if line.strip()]
+    assert commands == [
+        "python3 -m venv .venv && .venv/bin/pip install . && .venv/bin/vllm-sentinel demo",
+        "./scripts/test",
     ]
-    assert commands == ["pip install . && vllm-sentinel demo", "./scripts/test"]
 
 
 def test_markers_doc_matches_catalog() -> None:

@@ -3,9 +3,9 @@
 Each ``Marker`` row says which ``Event`` a line means, which ``Phase`` it proves, the regex on
 the line's *body* (after prefix and header, see ``vllm_line``), the vLLM releases whose source
 holds that format string, and the file it comes from. The rows were checked against vLLM's
-own source at 36 release trees, 0.4.0.post1 → 0.33.0 (``docs/markers.md`` has the method and
-the per-row references to ``docs/reference/vllm-log-markers.md``); versions given as ``A–B`` were seen in every
-sampled release from A to B.
+own source at 36 release trees, 0.4.0.post1 → 0.33.0 (``docs/markers.md`` has the method,
+``docs/reference/vllm-log-markers.md`` the per-row references); versions given as ``A–B`` were
+seen in every sampled release from A to B.
 
 Matching is cheap on purpose: rows are grouped by the first word of their pattern, so a line
 costs one dictionary lookup unless its first word starts some marker; rows whose first word

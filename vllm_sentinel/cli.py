@@ -7,9 +7,11 @@ invalid config (one line on stderr saying which).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import signal
 import sys
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO
@@ -28,6 +30,25 @@ from vllm_sentinel.report import render_status, render_text, to_json
 __all__ = ["main"]
 
 _CHUNK = 1 << 20
+
+
+async def _until_signal(main: Coroutine[object, object, None]) -> None:
+    """Run ``main`` until it ends or SIGINT/SIGTERM arrives, then cancel it and let it clean up.
+
+    The handlers are installed even where the shell started us with SIGINT ignored (``cmd &``
+    in a script), so both signals always stop the command the same way.
+    """
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    task = asyncio.ensure_future(main)
+    waiter = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    waiter.cancel()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task  # re-raises what ``main`` raised (a port in use: OSError)
 
 
 def _chunks(stream: BinaryIO) -> Iterator[bytes]:
@@ -201,15 +222,11 @@ def demo_command(listen: str, speed: float, duration: float | None) -> None:
     _setup_logging("console", "warning")
     try:
         asyncio.run(
-            run_demo(
-                host,
-                port,
-                speed=speed,
-                duration_seconds=duration,
-                announce=click.echo,
+            _until_signal(
+                run_demo(host, port, speed=speed, duration_seconds=duration, announce=click.echo)
             )
         )
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # before the handlers were in place
         pass
     except OSError as error:
         click.echo(f"vllm-sentinel: cannot serve on {listen}: {error}", err=True)

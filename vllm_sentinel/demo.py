@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from importlib import resources
@@ -63,7 +63,7 @@ class DemoIncident:
 INCIDENTS: tuple[DemoIncident, ...] = (
     DemoIncident("vllm-kimi-k25.service", "kimi-k25-flashinfer-restart.jsonl", 12.0, 45.0),
     DemoIncident("vllm-qwen-14b.service", "qwen-kv-cache-too-small.jsonl", 2.0, 60.0),
-    DemoIncident("vllm-llama-405b.service", "llama-stalled-load.jsonl", 10.0, 30.0),
+    DemoIncident("vllm-llama-405b.service", "llama-stalled-load.jsonl", 30.0, 30.0),
 )
 
 
@@ -197,6 +197,11 @@ _DEMO_THRESHOLDS = MappingProxyType(
         Phase.STARTING_API_SERVER: 60.0,
     }
 )
+"""Stall thresholds of the demo in real seconds at ``speed=1`` (divided by the speed)."""
+
+
+def _scaled(thresholds: Mapping[Phase, float], speed: float) -> Mapping[Phase, float]:
+    return MappingProxyType({phase: seconds / speed for phase, seconds in thresholds.items()})
 
 
 async def run_demo(
@@ -207,10 +212,21 @@ async def run_demo(
     duration_seconds: float | None = None,
     announce: Callable[[str], None] = print,
 ) -> None:
-    """Serve the exporter while the incidents play, until cancelled or ``duration_seconds``."""
+    """Serve the exporter while the incidents play, until cancelled or ``duration_seconds``.
+
+    Args:
+        listen_host, listen_port: where to serve ``/metrics`` and ``/status`` (port 0: any).
+        speed: extra speed-up on top of each incident's own; the demo's stall thresholds
+            (10 s of real time for ``loading_weights`` at speed 1) shrink by the same factor.
+        duration_seconds: stop after this long (``None``: until cancelled).
+        announce: where the "curl this" lines go.
+
+    Raises:
+        OSError: the address cannot be bound.
+    """
 
     monitor = Monitor(
-        [HostPlan(DEMO_HOST, ("vllm-*.service",), _DEMO_THRESHOLDS, 256 << 20)],
+        [HostPlan(DEMO_HOST, ("vllm-*.service",), _scaled(_DEMO_THRESHOLDS, speed), 256 << 20)],
         settle_seconds=5.0,
     )
     up = CollectorState(True, datetime.now(UTC), "", 0)

@@ -27,11 +27,13 @@ from vllm_sentinel.cursors import CursorStore
 from vllm_sentinel.journal import JournalBatch
 from vllm_sentinel.markers import MarkerMatcher
 from vllm_sentinel.phases import Outcome, Phase
+from vllm_sentinel.report import iso_utc
 from vllm_sentinel.snapshot import (
     CollectorState,
     GpuDevice,
     GpuReading,
     HostSnapshot,
+    IncarnationSnapshot,
     Snapshot,
     UnitSnapshot,
 )
@@ -136,6 +138,7 @@ class Monitor:
         self._hosts: dict[str, _Host] = {}
         self._previous: dict[tuple[str, str], tuple[str | None, Phase, Outcome]] = {}
         self._counted: dict[tuple[str, str], int] = {}
+        self._stalled: dict[tuple[str, str], str | None] = {}  # invocation id while stalled
         self.applied_records_total = 0
         for plan in hosts:
             self._hosts[plan.name] = self._new_host(plan)
@@ -181,9 +184,11 @@ class Monitor:
         for host in self._hosts.values():
             host.published = None
             host.decorated.clear()
-        for key in [key for key in (*self._previous, *self._counted) if not self._keeps(*key)]:
+        known = (*self._previous, *self._counted, *self._stalled)
+        for key in [key for key in known if not self._keeps(*key)]:
             self._previous.pop(key, None)
             self._counted.pop(key, None)
+            self._stalled.pop(key, None)
 
     def _keeps(self, host: str, unit: str) -> bool:
         entry = self._hosts.get(host)
@@ -289,7 +294,10 @@ class Monitor:
                     for unit in units
                 )
             elif host.starting:  # nothing applied since: only stall flags move with the clock
-                host.published = self._restall(host, host.published, now)
+                published = host.published
+                host.published = self._restall(host, published, now)
+                if host.published is not published:
+                    rebuilt.add(name)
             skipped: dict[str, int] = {}
             for counts in host.skipped.values():
                 for reason, value in counts().items():
@@ -384,6 +392,7 @@ class Monitor:
                 current = unit.current
                 if current is None:
                     continue
+                self._log_stall(host.host, unit, current)
                 state = (current.id, current.phase, current.outcome)
                 previous = self._previous.get(key)
                 if previous == state:
@@ -398,6 +407,34 @@ class Monitor:
                     previous_phase=previous[1].value if previous else None,
                     stalled=unit.stalled,
                 )
+
+    def _log_stall(self, host: str, unit: UnitSnapshot, current: IncarnationSnapshot) -> None:
+        """One event when a unit becomes stalled, one when it moves again (not per publish)."""
+        key = (host, unit.unit)
+        was = key in self._stalled
+        if unit.stalled == was:
+            return
+        if unit.stalled:
+            self._stalled[key] = current.id
+            _log.warning(
+                "unit_stalled",
+                host=host,
+                unit=unit.unit,
+                invocation_id=current.id,
+                phase=current.phase.value,
+                phase_entered_at=iso_utc(current.phase_entered_at),
+                last_progress_at=iso_utc(unit.last_progress_at),
+            )
+        else:
+            stalled_id = self._stalled.pop(key)
+            _log.info(
+                "unit_stall_cleared",
+                host=host,
+                unit=unit.unit,
+                invocation_id=stalled_id,
+                phase=current.phase.value,
+                outcome=current.outcome.value,
+            )
 
     async def run(self, queue: asyncio.Queue[JournalBatch | GpuSample | GpuDown | Tick]) -> None:
         """Apply queue items forever, publishing when idle or every publish interval."""

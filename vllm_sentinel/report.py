@@ -31,6 +31,7 @@ from vllm_sentinel.snapshot import (
 
 __all__ = [
     "format_duration",
+    "iso_utc",
     "render_status",
     "render_text",
     "status_document",
@@ -40,7 +41,8 @@ __all__ = [
 ]
 
 
-def _iso(value: datetime | None) -> str | None:
+def iso_utc(value: datetime | None) -> str | None:
+    """An aware time as ISO 8601 in UTC with a ``Z`` (``2026-11-28T23:37:52.123456Z``)."""
     return value.isoformat().replace("+00:00", "Z") if value is not None else None
 
 
@@ -52,7 +54,7 @@ def _crash(crash: CrashInfo | None) -> dict[str, Any] | None:
         "exception": crash.exception,
         "message": crash.message,
         "phase": crash.phase.value,
-        "at": _iso(crash.at),
+        "at": iso_utc(crash.at),
     }
 
 
@@ -60,10 +62,10 @@ def _incarnation(item: IncarnationSnapshot) -> dict[str, Any]:
     progress = item.progress
     return {
         "id": item.id,
-        "started_at": _iso(item.started_at),
-        "ended_at": _iso(item.ended_at),
+        "started_at": iso_utc(item.started_at),
+        "ended_at": iso_utc(item.ended_at),
         "phases": [
-            {"phase": entry.phase.value, "entered_at": _iso(entry.entered_at)}
+            {"phase": entry.phase.value, "entered_at": iso_utc(entry.entered_at)}
             for entry in item.phases
         ],
         "furthest_phase": item.furthest_phase.value,
@@ -103,7 +105,7 @@ def unit_to_json(unit: UnitSnapshot) -> dict[str, Any]:
         },
         "benign_errors_total": unit.benign_errors_total,
         "stalled": unit.stalled,
-        "last_progress_at": _iso(unit.last_progress_at),
+        "last_progress_at": iso_utc(unit.last_progress_at),
         "phase_durations_seconds": {
             phase.value: seconds for phase, seconds in unit.phase_durations.items()
         },
@@ -197,7 +199,7 @@ def render_text(units: Iterable[UnitSnapshot], now: datetime | None = None) -> s
 def _collector(state: CollectorState) -> dict[str, Any]:
     return {
         "up": state.up,
-        "since": _iso(state.since),
+        "since": iso_utc(state.since),
         "reason": state.reason,
         "reconnects_total": state.reconnects_total,
     }
@@ -210,7 +212,7 @@ def status_document(snapshot: Snapshot) -> dict[str, Any]:
     adds each host's collectors, GPUs and skipped-record counts.
     """
     return {
-        "at": _iso(snapshot.at),
+        "at": iso_utc(snapshot.at),
         "hosts": [
             {
                 "host": host.host,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -147,8 +148,10 @@ def test_demo_shows_phases_moving_and_crash_causes() -> None:
                 [*CLI, "status", "--url", url], capture_output=True, timeout=30, check=False
             )
         finally:
-            demo.terminate()
-            out, _ = demo.communicate(timeout=10)
+            demo.send_signal(signal.SIGINT)  # Ctrl-C, as the demo's banner says
+            out, err = demo.communicate(timeout=10)
+    assert demo.returncode == 0, err.decode()
+    assert b"Traceback" not in err
     assert {"loading_weights", "crashed"} <= phases, phases
     assert causes >= {"dependency_mismatch", "kv_cache_insufficient"}
     assert stalled

@@ -1,0 +1,124 @@
+"""The Monitor's structured events: one per phase change, crash and stall, with their identity.
+
+The kimi incident of the golden journal test goes through a Monitor on a controlled clock;
+structlog's ``capture_logs`` records what an operator's log would show.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from structlog.testing import capture_logs
+
+from vllm_sentinel.journal import JournalBatch
+from vllm_sentinel.journal_json import JournalJsonDecoder
+from vllm_sentinel.monitor import HostPlan, Monitor, Tick
+from vllm_sentinel.phases import Phase
+from vllm_sentinel.record import Record
+
+INCIDENT = Path(__file__).parents[1] / "golden/journal/001-kimi-k25-flashinfer-restart.jsonl"
+HOST = "llm-two"
+UNIT = "vllm-kimi-k25.service"
+LOADING = datetime(2026, 11, 28, 23, 37, 52, 118000, tzinfo=UTC)  # second `Starting to load model`
+
+
+class _Clock:
+    def __init__(self, at: datetime) -> None:
+        self.at = at
+
+    def __call__(self) -> datetime:
+        return self.at
+
+
+def _records() -> list[Record]:
+    decoder = JournalJsonDecoder(HOST)
+    return [*decoder.feed(INCIDENT.read_bytes()), *decoder.flush()]
+
+
+def _events(logs: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
+    return [event for event in logs if event["event"] == name]
+
+
+def _play_until(monitor: Monitor, clock: _Clock, records: list[Record], until: datetime) -> None:
+    """Apply the records written up to ``until`` one by one, publishing after each."""
+    for record in records:
+        assert record.realtime is not None
+        if record.realtime > until:
+            break
+        clock.at = record.realtime
+        monitor.apply(JournalBatch(HOST, (record,), record.cursor))
+        monitor.publish()
+
+
+def test_phase_changes_and_the_crash_are_one_event_each() -> None:
+    records = _records()
+    clock = _Clock(records[0].realtime or LOADING)
+    thresholds = {phase: 3600.0 for phase in Phase}  # no stall in this test
+    monitor = Monitor([HostPlan(HOST, (UNIT,), thresholds)], clock=clock, settle_seconds=30.0)
+    with capture_logs() as logs:
+        _play_until(monitor, clock, records, LOADING)
+        clock.at = LOADING + timedelta(seconds=60)  # past settling: the first crash is final
+        monitor.apply(Tick(clock.at))
+        monitor.publish()
+        monitor.publish()  # nothing new: no event repeats
+
+    crashes = _events(logs, "unit_crashed")
+    assert len(crashes) == 1
+    crash = crashes[0]
+    assert crash["log_level"] == "warning"
+    assert (crash["host"], crash["unit"], crash["cause"], crash["phase"]) == (
+        HOST,
+        UNIT,
+        "dependency_mismatch",
+        "loading_weights",
+    )
+    assert crash["exception_class"] == "RuntimeError"
+    assert crash["message"].startswith("flashinfer-cubin version (0.6.3) does not match")
+    assert crash["crashes_total"] == 1
+
+    changes = _events(logs, "unit_phase_changed")
+    second = [event for event in changes if event["invocation_id"] != crash["invocation_id"]]
+    assert [event["phase"] for event in second][-1] == "loading_weights"
+    assert all(event["host"] == HOST and event["unit"] == UNIT for event in changes)
+    phases = [(event["invocation_id"], event["phase"]) for event in changes]
+    assert len(phases) == len(set(phases)), "a phase change was logged twice"
+    assert (crash["invocation_id"], "crashed") in phases
+
+
+def test_a_stall_is_logged_once_when_it_begins_and_once_when_it_clears() -> None:
+    records = _records()
+    clock = _Clock(records[0].realtime or LOADING)
+    thresholds = {phase: 3600.0 for phase in Phase} | {Phase.LOADING_WEIGHTS: 120.0}
+    monitor = Monitor([HostPlan(HOST, (UNIT,), thresholds)], clock=clock)
+    _play_until(monitor, clock, records, LOADING + timedelta(seconds=2))  # before the first shard
+    with capture_logs() as logs:
+        for seconds in range(10, 200, 10):  # time passes with no record and no GPU growth
+            clock.at = LOADING + timedelta(seconds=seconds)
+            monitor.apply(Tick(clock.at))
+            monitor.publish()
+        stalled = _events(logs, "unit_stalled")
+        assert len(stalled) == 1
+        assert stalled[0]["log_level"] == "warning"
+        assert stalled[0]["phase"] == "loading_weights"
+        assert stalled[0]["phase_entered_at"] == "2026-11-28T23:37:52.118000Z"
+        assert stalled[0]["last_progress_at"] == "2026-11-28T23:37:53.912000Z"
+        invocation = stalled[0]["invocation_id"]
+        assert invocation is not None
+        (unit,) = monitor.latest.hosts[0].units
+        assert unit.stalled and unit.current is not None and unit.current.id == invocation
+
+        # the load moves again: the next shard line, written now
+        shard = next(r for r in records if "checkpoint shards" in r.message)
+        clock.at = LOADING + timedelta(seconds=200)
+        resumed = shard._replace(realtime=clock.at)
+        monitor.apply(JournalBatch(HOST, (resumed,), resumed.cursor))
+        monitor.publish()
+    cleared = _events(logs, "unit_stall_cleared")
+    assert [(event["invocation_id"], event["phase"]) for event in cleared] == [
+        (invocation, "loading_weights")
+    ]
+    assert len(_events(logs, "unit_stalled")) == 1
+    (unit,) = monitor.latest.hosts[0].units
+    assert not unit.stalled

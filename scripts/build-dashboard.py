@@ -83,13 +83,18 @@ class _Ids:
 
 
 def _query(
-    expr: str, legend: str = "", ref: str = "A", *, instant: bool = False
+    expr: str, legend: str = "", ref: str = "A", *, instant: bool = False, table: bool = False
 ) -> prometheus.Dataquery:
+    """A Prometheus target: a range query, or ``instant`` (the value now, one per series, for
+    stat and bar gauge panels: a range would keep series that ended, such as past phases), or
+    ``table`` (instant, as rows with the labels as columns, for table panels)."""
     query = prometheus.Dataquery().expr(expr).ref_id(ref).datasource(DATASOURCE)
     if legend:
         query = query.legend_format(legend)
-    if instant:
+    if table:
         query = query.instant().format(prometheus_model.PromQueryFormat.TABLE)
+    elif instant:
+        query = query.instant().format(prometheus_model.PromQueryFormat.TIME_SERIES)
     else:
         query = query.range()
     return query
@@ -214,6 +219,7 @@ def _unit_row(ids: _Ids, builder: dashboard.Dashboard) -> dashboard.Dashboard:
             _query(
                 f"host_unit:vllm_sentinel_unit_phase_seconds:current{{{UNIT}}}",
                 "{{host}} {{phase}}",
+                instant=True,
             )
         )
         .unit("s")
@@ -312,6 +318,7 @@ def _unit_row(ids: _Ids, builder: dashboard.Dashboard) -> dashboard.Dashboard:
             _query(
                 f"max by (host, unit, cause) (vllm_sentinel_unit_last_crash_info{{{UNIT}}})",
                 "{{cause}}",
+                instant=True,
             )
         )
         .unit("none")
@@ -472,21 +479,21 @@ def _gpu_row(ids: _Ids, builder: dashboard.Dashboard) -> dashboard.Dashboard:
             _query(
                 f"max by (host, gpu, uuid, name) (vllm_sentinel_gpu_info{{{HOST}}})",
                 ref="A",
-                instant=True,
+                table=True,
             )
         )
         .with_target(
             _query(
                 f"max by (host, gpu, uuid) (vllm_sentinel_gpu_memory_used_bytes{{{HOST}}})",
                 ref="B",
-                instant=True,
+                table=True,
             )
         )
         .with_target(
             _query(
                 f"max by (host, gpu, uuid) (vllm_sentinel_gpu_memory_total_bytes{{{HOST}}})",
                 ref="C",
-                instant=True,
+                table=True,
             )
         )
         .transformations(
@@ -582,7 +589,7 @@ def _crash_row(ids: _Ids, builder: dashboard.Dashboard) -> dashboard.Dashboard:
                 "max by (host, unit, cause, phase, exception, message) ("
                 f"vllm_sentinel_unit_last_crash_info{{{UNIT}}})",
                 ref="A",
-                instant=True,
+                table=True,
             )
         )
         .with_target(
@@ -590,7 +597,7 @@ def _crash_row(ids: _Ids, builder: dashboard.Dashboard) -> dashboard.Dashboard:
                 "max by (host, unit) ("
                 f"vllm_sentinel_unit_last_crash_timestamp_seconds{{{UNIT}}}) * 1000",
                 ref="B",
-                instant=True,
+                table=True,
             )
         )
         .transformations(_merge_and_organize({"Value #B": "crashed at"}, ("Value #A",)))
@@ -691,7 +698,7 @@ def _duration_row(ids: _Ids, builder: dashboard.Dashboard) -> dashboard.Dashboar
                 "max by (host, unit, invocation_id, vllm_version, model, tensor_parallel_size) "
                 f"(vllm_sentinel_unit_incarnation_info{{{UNIT}}})",
                 ref="A",
-                instant=True,
+                table=True,
             )
         )
         .with_target(
@@ -699,21 +706,21 @@ def _duration_row(ids: _Ids, builder: dashboard.Dashboard) -> dashboard.Dashboar
                 "max by (host, unit) ("
                 f"vllm_sentinel_unit_incarnation_started_timestamp_seconds{{{UNIT}}}) * 1000",
                 ref="B",
-                instant=True,
+                table=True,
             )
         )
         .with_target(
             _query(
                 f"max by (host, unit) (vllm_sentinel_unit_model_weights_bytes{{{UNIT}}})",
                 ref="C",
-                instant=True,
+                table=True,
             )
         )
         .with_target(
             _query(
                 f"max by (host, unit) (vllm_sentinel_unit_kv_cache_tokens{{{UNIT}}})",
                 ref="D",
-                instant=True,
+                table=True,
             )
         )
         .transformations(
@@ -860,12 +867,12 @@ def _health_row(ids: _Ids, builder: dashboard.Dashboard) -> dashboard.Dashboard:
             "The vllm-sentinel targets of Prometheus (job vllm-sentinel) and their versions."
         )
         .datasource(DATASOURCE)
-        .with_target(_query('max by (instance) (up{job="vllm-sentinel"})', ref="A", instant=True))
+        .with_target(_query('max by (instance) (up{job="vllm-sentinel"})', ref="A", table=True))
         .with_target(
             _query(
                 'max by (instance, version) (vllm_sentinel_build_info{job="vllm-sentinel"})',
                 ref="B",
-                instant=True,
+                table=True,
             )
         )
         .transformations(_merge_and_organize({"Value #A": "up"}, ("Value #B",)))

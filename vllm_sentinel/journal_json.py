@@ -29,7 +29,7 @@ import orjson
 from vllm_sentinel.line_buffer import LineBuffer
 from vllm_sentinel.record import Record
 
-__all__ = ["JOURNAL_FIELDS", "JournalJsonDecoder", "decode_field"]
+__all__ = ["JOURNAL_FIELDS", "SKIP_REASONS", "JournalJsonDecoder", "decode_field"]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MAX_MESSAGE = 1 << 20
@@ -57,6 +57,17 @@ JOURNAL_FIELDS: tuple[str, ...] = (
 carries ~25 fields (``_CMDLINE``, ``_EXE``, ``_CAP_EFFECTIVE``…); the rest are never read, and
 cutting them roughly halves the bytes to move and the JSON to parse.
 """
+
+
+SKIP_REASONS: tuple[str, ...] = (
+    "invalid_field",
+    "invalid_json",
+    "line_too_long",
+    "message_null",
+    "no_message",
+    "not_an_object",
+)
+"""Every reason the decoder counts in ``skipped`` (a fixed set: exported at 0 from the start)."""
 
 
 def decode_field(value: object) -> str | None:

@@ -30,6 +30,7 @@ from enum import StrEnum
 
 from vllm_sentinel import __version__
 from vllm_sentinel.causes import CrashCause
+from vllm_sentinel.journal_json import SKIP_REASONS
 from vllm_sentinel.phases import PHASE_ORDER
 from vllm_sentinel.snapshot import HostSnapshot, IncarnationSnapshot, Snapshot, UnitSnapshot
 
@@ -91,6 +92,7 @@ def bound_label(value: str | None, limit: int = LABEL_VALUE_LIMIT) -> str:
 
 _PHASE_VALUES = tuple((phase, phase.value) for phase in PHASE_ORDER)
 _CAUSE_VALUES = tuple((cause, cause.value) for cause in CrashCause)
+_SKIP_REASONS = frozenset(SKIP_REASONS)
 
 
 def _seconds(value: datetime) -> float:
@@ -300,8 +302,9 @@ def _collector_reconnects(snapshot: Snapshot) -> Iterator[Sample]:
 
 def _records_skipped(snapshot: Snapshot) -> Iterator[Sample]:
     for host in snapshot.hosts:
-        for reason, count in sorted(host.records_skipped.items()):
-            yield (host.host, reason), float(count)
+        counts = host.records_skipped
+        for reason in sorted(counts.keys() | _SKIP_REASONS):
+            yield (host.host, reason), float(counts.get(reason, 0))
 
 
 def _build_info(snapshot: Snapshot) -> Iterator[Sample]:

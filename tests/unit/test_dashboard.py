@@ -203,6 +203,28 @@ class TestQueries:
                     if wanted is not None:
                         assert units & wanted, f"{panel['title']}: {metric} needs one of {wanted}"
 
+    def test_query_shapes_fit_the_panel(self, dashboard: dict[str, Any]) -> None:
+        """Tables read instant rows; bar gauges one bar per series of an instant query; a stat
+        that names a series (phase, cause) reads its value now, not the last one of the range
+        (a range keeps the phases a unit has left and the causes of earlier crashes)."""
+        checked = 0
+        for panel in data_panels(dashboard):
+            kind = panel["type"]
+            for target in panel["targets"]:
+                instant = target.get("instant") is True and target.get("range") is not True
+                shape = target.get("format", "time_series")
+                if kind == "table":
+                    assert instant and shape == "table", panel["title"]
+                elif kind == "bargauge":
+                    assert instant and shape == "time_series", panel["title"]
+                    assert panel["options"]["reduceOptions"]["values"] is False, panel["title"]
+                elif kind == "stat" and panel["options"]["textMode"] in ("name", "value_and_name"):
+                    assert instant and shape == "time_series", panel["title"]
+                else:
+                    continue
+                checked += 1
+        assert checked >= 15
+
     def test_selectors_filter_by_host_and_unit(self, dashboard: dict[str, Any]) -> None:
         """Every sentinel selector filters with host=~"$host" (and unit=~"$unit" for units)."""
         for where, expr in dashboard_queries(DASHBOARD_PATH, {"host": "$host", "unit": "$unit"}):

@@ -15,6 +15,7 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families
 from tests.support.snapshots import AT, at, basic_snapshot, incarnation, unit_snapshot
 from vllm_sentinel.causes import CrashCause
 from vllm_sentinel.exporter import SentinelCollector, make_registry
+from vllm_sentinel.journal_json import SKIP_REASONS
 from vllm_sentinel.metrics import (
     LABEL_VALUE_LIMIT,
     LOG_LEVELS,
@@ -326,7 +327,13 @@ class TestSampleValues:
         reconnects = samples("vllm_sentinel_collector_reconnects_total", snapshot)
         assert reconnects[("gpu-b", "journal")] == 4.0
         skipped = samples("vllm_sentinel_records_skipped_total", snapshot)
-        assert skipped == {("gpu-a", "invalid_json"): 3.0, ("gpu-a", "line_too_long"): 1.0}
+        counted = {"invalid_json": 3.0, "line_too_long": 1.0}
+        # every reason of the fixed set is there from the first scrape, 0 until counted
+        assert skipped == {
+            (host, reason): counted.get(reason, 0.0) if host == "gpu-a" else 0.0
+            for host in ("gpu-a", "gpu-b")
+            for reason in SKIP_REASONS
+        }
 
     def test_empty_snapshot_has_only_build_info(self) -> None:
         """Hosts and units absent from the snapshot produce no series."""

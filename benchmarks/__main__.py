@@ -198,6 +198,13 @@ def table(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _build() -> str:
+    """``compiled`` when the engine's modules are mypyc extensions, else ``pure``."""
+    import vllm_sentinel.tracker
+
+    return "pure" if vllm_sentinel.tracker.__file__.endswith(".py") else "compiled"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse arguments, run the sections, print and write the report."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
@@ -224,6 +231,7 @@ def main(argv: list[str] | None = None) -> int:
             "quick": args.quick,
             "runs": runs,
             "vllm_sentinel": __version__,
+            "build": _build(),
             "python": sys.version.split()[0],
             "platform": platform.platform(),
             "cpus": os.cpu_count(),

@@ -213,16 +213,23 @@ def _unit_row(ids: _Ids, builder: dashboard.Dashboard) -> dashboard.Dashboard:
         stat.Panel()
         .id(ids())
         .title("Time in phase")
-        .description("How long the unit has been in its current phase (named under the value).")
+        .description(
+            "How long the unit has been in its current phase (named under the value). Empty "
+            "while its state is unknown (the host's journal collector is down): the last phase "
+            "seen is then no longer current."
+        )
         .datasource(DATASOURCE)
         .with_target(
             _query(
-                f"host_unit:vllm_sentinel_unit_phase_seconds:current{{{UNIT}}}",
+                f"host_unit:vllm_sentinel_unit_phase_seconds:current{{{UNIT}}} "
+                "and on (host, unit) "
+                f"max by (host, unit) (vllm_sentinel_unit_state_known{{{UNIT}}}) == 1",
                 "{{host}} {{phase}}",
                 instant=True,
             )
         )
         .unit("s")
+        .no_value("state unknown")
         .decimals(0)
         .reduce_options(_last_value())
         .text_mode(common.BigValueTextMode.VALUE_AND_NAME)

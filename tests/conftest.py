@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 import structlog
+
+from tests.support.tls import write_self_signed
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -38,6 +41,12 @@ def require_binary(path: str) -> str:
             pytest.fail(f"{path} is required in CI (see .ci/run)")
         pytest.skip(f"{path} not installed")
     return found
+
+
+@pytest.fixture
+def tls_files(tmp_path: Path) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 and localhost, and its key (its own CA)."""
+    return write_self_signed(tmp_path)
 
 
 @pytest.fixture(autouse=True)

@@ -7,14 +7,22 @@ invalid config (one line on stderr saying which).
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import http.client
+import os
 import signal
+import socket
+import ssl
+import stat
 import sys
+import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Coroutine, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO, NoReturn
 
 import click
 import orjson
@@ -27,7 +35,7 @@ from vllm_sentinel.log import configure_logging
 from vllm_sentinel.replay import InputFormat, replay
 from vllm_sentinel.report import render_status, render_text, to_json
 
-__all__ = ["main"]
+__all__ = ["PASSWORD_ENV", "fetch_status", "main"]
 
 _CHUNK = 1 << 20
 
@@ -59,12 +67,45 @@ def _chunks(stream: BinaryIO) -> Iterator[bytes]:
         yield chunk
 
 
+class _UnreadableInputError(Exception):
+    """An input that could not be opened or read: its name and the system's reason."""
+
+    def __init__(self, name: str, error: OSError) -> None:
+        super().__init__(name, error)
+        self.name = name
+        self.reason = (error.strerror or str(error)).lower()
+
+
 def _file_chunks(path: str) -> Iterator[bytes]:
-    if path == "-":
-        yield from _chunks(sys.stdin.buffer)
-        return
-    with open(path, "rb") as stream:
-        yield from _chunks(stream)
+    """Yield the bytes of ``path`` (``-``: stdin) in chunks.
+
+    Anything ``open`` accepts is read to its end: a regular file, a named pipe, a process
+    substitution (``/dev/fd/N``), ``/dev/stdin``, a character device such as ``/dev/null``.
+
+    Raises:
+        _UnreadableInputError: opening or reading failed (permission denied, a socket, EIO …).
+    """
+    try:
+        if path == "-":
+            yield from _chunks(sys.stdin.buffer)
+            return
+        with open(path, "rb") as stream:
+            yield from _chunks(stream)
+    except OSError as error:
+        raise _UnreadableInputError("stdin" if path == "-" else path, error) from error
+
+
+def _check_input_path(path: str) -> None:
+    """Exit 2 with one line when ``path`` does not exist or is a directory."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as error:
+        reason = (error.strerror or str(error)).lower()
+        click.echo(f"vllm-sentinel: cannot read {path}: {reason}", err=True)
+        sys.exit(2)
+    if stat.S_ISDIR(mode):
+        click.echo(f"vllm-sentinel: cannot read {path}: is a directory", err=True)
+        sys.exit(2)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -100,18 +141,14 @@ def replay_command(
 ) -> None:
     """Replay recorded logs (FILE… or - for stdin) and print each unit's timeline and verdict.
 
-    Journal JSON keeps its units; each plain-text file is one unit (``vllm``, or the file's
-    name when several are given).
+    A FILE is anything that can be opened and read: a file, a named pipe, ``<(cmd)``,
+    ``/dev/stdin``. Journal JSON keeps its units; each plain-text file is one unit (``vllm``,
+    or the file's name when several are given). A missing path, a directory or an input that
+    cannot be opened or read is one line on stderr and exit status 2.
     """
     for path in files:
-        if path == "-":
-            continue
-        if Path(path).is_dir():
-            click.echo(f"vllm-sentinel: cannot read {path}: is a directory", err=True)
-            sys.exit(2)
-        if not Path(path).is_file():
-            click.echo(f"vllm-sentinel: cannot read {path}: no such file", err=True)
-            sys.exit(2)
+        if path != "-":
+            _check_input_path(path)
     try:
         result = replay(
             (_file_chunks(path) for path in files),
@@ -120,8 +157,8 @@ def replay_command(
             names=[Path(path).name if path != "-" else "stdin" for path in files],
             reference_year=datetime.now(UTC).year,
         )
-    except OSError as error:
-        click.echo(f"vllm-sentinel: cannot read input: {error.strerror or error}", err=True)
+    except _UnreadableInputError as error:
+        click.echo(f"vllm-sentinel: cannot read {error.name}: {error.reason}", err=True)
         sys.exit(2)
     if output == "json":
         document = to_json(result.units)
@@ -233,22 +270,129 @@ def demo_command(listen: str, speed: float, duration: float | None) -> None:
         sys.exit(1)
 
 
+PASSWORD_ENV = "VLLM_SENTINEL_PASSWORD"  # noqa: S105  (a variable's name, not a password)
+"""The environment variable ``status --user`` reads the basic-auth password from."""
+
+_STATUS_TIMEOUT_SECONDS = 10.0
+
+
+def _status_failed(url: str, reason: str) -> NoReturn:
+    click.echo(f"vllm-sentinel: cannot read {url}/status: {reason}", err=True)
+    sys.exit(2)
+
+
+def _connection_reason(error: object, *, cacert: str | None) -> str:
+    """One line for why a connection or TLS handshake failed."""
+    if isinstance(error, ssl.SSLCertVerificationError):
+        detail = error.verify_message or error.reason or str(error)
+        hint = f"not signed by {cacert}" if cacert else "pass the server's CA with --cacert PATH"
+        return f"TLS certificate verification failed: {detail} ({hint})"
+    if isinstance(error, ssl.SSLError):
+        return f"TLS handshake failed: {str(error.reason or error).lower()} (an https:// server?)"
+    if isinstance(error, ConnectionRefusedError):
+        return "connection refused (is the daemon running and listening there?)"
+    if isinstance(error, TimeoutError):
+        return f"no answer within {_STATUS_TIMEOUT_SECONDS:g} s"
+    if isinstance(error, http.client.RemoteDisconnected | ConnectionResetError):
+        return "the server closed the connection (an https:// server asked over http://?)"
+    if isinstance(error, socket.gaierror):
+        return f"cannot resolve the host: {error.strerror}"
+    if isinstance(error, OSError):
+        return (error.strerror or str(error)).lower()
+    return str(error)
+
+
+def fetch_status(url: str, *, cacert: str | None = None, user: str | None = None) -> Any:
+    """GET ``url``/status and return the parsed JSON document, or exit 2 with one line.
+
+    Args:
+        url: base URL of a running daemon, ``http://`` or ``https://``.
+        cacert: a PEM file of CA certificates to verify the server's certificate with, instead
+            of the system's trust store (there is no switch that skips verification).
+        user: basic-auth user; the password is read from ``$VLLM_SENTINEL_PASSWORD``, never
+            from the command line. The header is not forwarded on a redirect.
+
+    Returns:
+        The ``/status`` document.
+
+    Exits (``SystemExit(2)``, one line on stderr) on: a URL that is not http(s); ``cacert``
+    with an http:// URL or an unusable CA file; ``user`` without the password variable; 401
+    (missing or wrong credentials) or another HTTP error; a TLS verification failure;
+    connection refused, a timeout or another network error; an answer that is not JSON.
+    """
+    base = url.rstrip("/")
+    scheme = urllib.parse.urlsplit(base).scheme.lower()
+    if scheme not in ("http", "https"):
+        _status_failed(base, "--url must start with http:// or https://")
+    context: ssl.SSLContext | None = None
+    if cacert is not None:
+        if scheme != "https":
+            _status_failed(base, "--cacert applies to https:// URLs only")
+        try:
+            context = ssl.create_default_context(cafile=cacert)
+        except ssl.SSLError as error:
+            reason = str(error.reason or error).lower()
+            _status_failed(base, f"--cacert {cacert}: not a PEM file of CA certificates ({reason})")
+        except OSError as error:
+            _status_failed(base, f"--cacert {cacert}: {(error.strerror or str(error)).lower()}")
+    endpoint = base + "/status"  # http or https (checked above): no file: or custom schemes
+    request = urllib.request.Request(endpoint, headers={"Accept": "application/json"})  # noqa: S310
+    if user is not None:
+        password = os.environ.get(PASSWORD_ENV)
+        if password is None:
+            _status_failed(base, f"--user {user}: set the password in {PASSWORD_ENV}")
+        if ":" in user:
+            _status_failed(base, f"--user {user!r}: a user name cannot contain ':'")
+        token = base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
+        request.add_unredirected_header("Authorization", f"Basic {token}")
+    opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=context))
+    try:
+        with opener.open(request, timeout=_STATUS_TIMEOUT_SECONDS) as response:
+            return orjson.loads(response.read())
+    except urllib.error.HTTPError as error:
+        error.close()
+        if error.code == 401:
+            detail = (
+                "wrong user or password"
+                if user is not None
+                else f"credentials needed: --user NAME, with the password in {PASSWORD_ENV}"
+            )
+            _status_failed(base, f"401 Unauthorized: {detail}")
+        _status_failed(base, f"HTTP {error.code} {error.reason}")
+    except urllib.error.URLError as error:
+        _status_failed(base, _connection_reason(error.reason, cacert=cacert))
+    except (OSError, http.client.HTTPException) as error:
+        _status_failed(base, _connection_reason(error, cacert=cacert))
+    except orjson.JSONDecodeError:
+        _status_failed(base, "the answer is not a JSON document (is this vllm-sentinel?)")
+
+
 @cli.command("status")
 @click.option(
     "--url",
     default="http://127.0.0.1:9842",
     show_default=True,
-    help="Base URL of a running vllm-sentinel.",
+    help="Base URL of a running vllm-sentinel (http:// or https://).",
+)
+@click.option(
+    "--cacert",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Verify the server's TLS certificate against the CA certificates in this PEM file.",
+)
+@click.option(
+    "--user",
+    default=None,
+    help=f"Basic-auth user; the password is read from ${PASSWORD_ENV}.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the raw /status document.")
-def status_command(url: str, as_json: bool) -> None:
-    """Show hosts and units of a running daemon (from its /status)."""
-    try:
-        with urllib.request.urlopen(url.rstrip("/") + "/status", timeout=10) as response:  # noqa: S310
-            document = orjson.loads(response.read())
-    except (OSError, ValueError) as error:
-        click.echo(f"vllm-sentinel: cannot read {url}/status: {error}", err=True)
-        sys.exit(2)
+def status_command(url: str, cacert: str | None, user: str | None, as_json: bool) -> None:
+    """Show hosts and units of a running daemon (from its /status).
+
+    Exit status 2 with one line on stderr when the status cannot be read (401, TLS
+    verification, connection refused …).
+    """
+    document = fetch_status(url, cacert=cacert, user=user)
     if as_json:
         click.echo(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode())
         return

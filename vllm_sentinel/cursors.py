@@ -1,10 +1,13 @@
 """``CursorStore``: the last applied journal cursor per host, kept across restarts (edge).
 
 The Monitor marks a host's cursor only after the tracker applied the batch it ends; ``flush``
-writes the marked cursors atomically (temp file, fsync, rename, fsync of the directory), so a
-crash leaves either the old or the new cursor, never a torn file. Writes are coalesced: the
-daemon flushes at a bounded interval and once on shutdown. Re-applying records after a crash
-is harmless: the tracker ignores cursors it has already applied.
+writes the marked cursors atomically (a unique temporary file in the state directory, fsync,
+rename, fsync of the directory), so a crash leaves either the old or the new cursor, never a
+torn file. Writes are coalesced: the daemon flushes at a bounded interval and once on
+shutdown. One flush writes at a time: a flush waits for the one in flight (the periodic
+flush cancelled on shutdown keeps writing in its worker thread), and a write that fails keeps
+its cursors pending for the next flush. Re-applying records after a crash is harmless: the
+tracker ignores cursors it has already applied.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ import asyncio
 import contextlib
 import os
 import re
+import tempfile
+import threading
 from pathlib import Path
 
 import structlog
@@ -26,6 +31,8 @@ _log = structlog.get_logger("vllm_sentinel.cursors")
 class CursorStore:
     """Cursors in ``directory/<host>.cursor``.
 
+    ``mark`` and the flushes may be called from different threads.
+
     Args:
         directory: the state directory (systemd ``StateDirectory=``); created if missing.
     """
@@ -34,6 +41,9 @@ class CursorStore:
         self.directory = Path(directory)
         self._marked: dict[str, str] = {}
         self._dirty: set[str] = set()
+        self._state_lock = threading.Lock()  # _marked and _dirty
+        self._write_lock = threading.Lock()  # one writer of the files at a time
+        self._in_flight: asyncio.Future[int] | None = None
 
     def _path(self, host: str) -> Path:
         return self.directory / f"{_SAFE.sub('_', host)}.cursor"
@@ -51,45 +61,73 @@ class CursorStore:
 
     def mark(self, host: str, cursor: str) -> None:
         """Remember ``cursor`` as applied for ``host`` (written at the next flush)."""
-        if self._marked.get(host) != cursor:
-            self._marked[host] = cursor
-            self._dirty.add(host)
+        with self._state_lock:
+            if self._marked.get(host) != cursor:
+                self._marked[host] = cursor
+                self._dirty.add(host)
 
     def marked(self, host: str) -> str | None:
         """The last cursor marked for ``host`` in this run."""
         return self._marked.get(host)
 
     async def flush(self) -> int:
-        """Write every changed cursor atomically; return how many were written."""
+        """Write every changed cursor atomically, in a worker thread.
+
+        A flush still in flight (its caller may have been cancelled; its thread goes on) is
+        waited for first, so the last flush called writes last.
+
+        Returns:
+            How many cursors were written; 0 when nothing changed or the write failed
+            (``cursor_save_failed`` is logged and the cursors stay pending for the next flush).
+        """
+        previous = self._in_flight
+        if previous is not None and not previous.done():
+            # wait without taking over its outcome; our own cancellation still propagates
+            await asyncio.wait({previous})
         if not self._dirty:
             return 0
-        pending = {host: self._marked[host] for host in self._dirty}
-        self._dirty.clear()
-        try:
-            await asyncio.to_thread(self._write_all, pending)
-        except OSError as error:
-            self._dirty.update(pending)
-            _log.error("cursor_save_failed", directory=str(self.directory), error=str(error))
-            return 0
-        return len(pending)
+        flight = asyncio.ensure_future(asyncio.to_thread(self.flush_sync))
+        self._in_flight = flight
+        return await asyncio.shield(flight)
 
     def flush_sync(self) -> int:
-        """The same as ``flush``, for shutdown paths without an event loop."""
-        pending = {host: self._marked[host] for host in self._dirty}
-        self._dirty.clear()
-        self._write_all(pending)
-        return len(pending)
+        """The same as ``flush``, for threads and shutdown paths without an event loop.
+
+        Blocks while another flush writes. Returns how many cursors were written (0 on a
+        failed write, whose cursors stay pending); never raises ``OSError``.
+        """
+        with self._write_lock:
+            with self._state_lock:
+                pending = {host: self._marked[host] for host in self._dirty}
+                self._dirty.clear()
+            if not pending:
+                return 0
+            try:
+                self._write_all(pending)
+            except OSError as error:
+                with self._state_lock:
+                    self._dirty.update(pending)  # newer marks are dirty already
+                _log.error("cursor_save_failed", directory=str(self.directory), error=str(error))
+                return 0
+            return len(pending)
 
     def _write_all(self, pending: dict[str, str]) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
         for host, cursor in pending.items():
             target = self._path(host)
-            temporary = target.with_suffix(f".cursor.tmp{os.getpid()}")
-            with open(temporary, "w", encoding="utf-8") as stream:
-                stream.write(cursor + "\n")
-                stream.flush()
-                os.fsync(stream.fileno())
-            os.replace(temporary, target)
+            descriptor, temporary = tempfile.mkstemp(
+                prefix=f".{target.name}.", suffix=".tmp", dir=self.directory
+            )
+            try:
+                with open(descriptor, "w", encoding="utf-8") as stream:
+                    stream.write(cursor + "\n")
+                    stream.flush()
+                    os.fsync(stream.fileno())
+                os.replace(temporary, target)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(temporary)
+                raise
         directory = os.open(self.directory, os.O_RDONLY)
         try:
             with contextlib.suppress(OSError):

@@ -215,6 +215,7 @@ class Daemon:
                     task.cancel()
         finally:
             await self._stop_hosts(list(self._runners))
+            # waits for a periodic flush the cancellation left writing in its thread
             written = await self._cursors.flush()
             if self.http is not None:
                 await asyncio.to_thread(self.http.shutdown)
@@ -270,7 +271,7 @@ class Daemon:
         )
         reader: GpuReader | None = None
         if host.gpu is GpuBackend.NVML:
-            reader = NvmlReader()
+            reader = NvmlReader(host=host.name)
         elif host.gpu is GpuBackend.NVIDIA_SMI:
             reader = NvidiaSmiReader(transport, timeout_seconds=_gpu_query_timeout(host))
         poller = GpuPoller(host.name, reader, host.gpu_poll_interval_seconds) if reader else None

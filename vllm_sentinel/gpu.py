@@ -1,6 +1,9 @@
 """Poll GPU memory per device and per process (edge: asyncio).
 
 * ``NvmlReader`` asks NVML on this machine (pynvml, every call through ``asyncio.to_thread``).
+  One GPU that fails (off the bus, access refused) is left out of the reading, counted and
+  logged once per state change (``gpu_device_skipped`` / ``gpu_device_recovered``); the
+  others are still read and the collector stays up.
 * ``NvidiaSmiReader`` runs the two ``nvidia-smi`` CSV queries through a ``Transport`` (a
   remote host over SSH, or this one) and parses them with ``nvidia_smi`` (core).
 * ``CgroupReader`` reads ``/proc/PID/cgroup`` for the PIDs a reading shows, locally or
@@ -68,8 +71,21 @@ _HINTS: Mapping[str, str] = {
     ),
     "NVMLError_DriverNotLoaded": "the NVIDIA kernel driver is not loaded",
     "NVMLError_NoPermission": "NVML refused access: run as a user allowed to use the GPUs",
-    "NVMLError_GpuIsLost": "a GPU fell off the bus; NVML is re-initialised on the next try",
+    "NVMLError_GpuIsLost": (
+        "a GPU fell off the bus (dmesg shows an Xid); it is left out until it answers again, "
+        "and NVML is re-initialised when no GPU answers"
+    ),
 }
+_LIBRARY_ERRORS = frozenset(
+    {
+        "NVMLError_Uninitialized",
+        "NVMLError_DriverNotLoaded",
+        "NVMLError_LibraryNotFound",
+        "NVMLError_LibRmVersionMismatch",
+        "NVMLError_FunctionNotFound",
+    }
+)
+"""NVML errors about the library or driver, not one GPU: they fail the whole read."""
 _log = structlog.get_logger("vllm_sentinel.gpu")
 
 
@@ -92,26 +108,57 @@ class GpuReader(Protocol):
 class NvmlReader:
     """GPU memory through NVML on this machine.
 
-    NVML is initialised on the first read and shut down by ``close``. After an NVML error it
-    is shut down and initialised again on the next read, so a reloaded driver or a GPU that
-    came back is picked up. Device memory is ``nvmlDeviceGetMemoryInfo`` version 2 where the
-    driver has it (``used`` then excludes the driver's reserve, as nvidia-smi does), else
-    version 1. A process whose memory NVML cannot give is left out.
+    NVML is initialised on the first read and shut down by ``close``. After an NVML error that
+    fails the read it is shut down and initialised again on the next read, so a reloaded driver
+    or a GPU that came back is picked up. Device memory is ``nvmlDeviceGetMemoryInfo`` version 2
+    where the driver has it (``used`` then excludes the driver's reserve, as nvidia-smi does),
+    else version 1. A process whose memory NVML cannot give is left out.
+
+    Errors of one GPU do not cost the others: a GPU whose handle, UUID, name or memory NVML
+    cannot give (``NVMLError_GpuIsLost``, ``NVMLError_NoPermission`` …) is left out of the
+    reading and counted in ``devices_skipped`` by the error's class name; a GPU whose process
+    list NVML refuses keeps its memory figures and loses only its processes, counted in
+    ``process_lists_skipped``. Each GPU's problem is logged once when it starts or changes
+    (``gpu_device_skipped``, a warning) and once when it ends (``gpu_device_recovered``). The
+    read fails as a whole (``GpuCollectorError``, the collector goes down) on an error of NVML
+    itself (init, the device count, a library or driver error from any call) and when no GPU
+    could be read at all.
 
     Args:
         nvml: the pynvml module, or a fake with the same functions and error classes
             (``import pynvml`` when ``None``).
+        host: the host label for the per-GPU log events.
         now: the clock stamping each reading.
     """
 
-    def __init__(self, nvml: Any = None, *, now: Callable[[], datetime] = _utc_now) -> None:
+    def __init__(
+        self,
+        nvml: Any = None,
+        *,
+        host: str = "localhost",
+        now: Callable[[], datetime] = _utc_now,
+    ) -> None:
         self._nvml: Any = nvml if nvml is not None else importlib.import_module("pynvml")
+        self._host = host
         self._now = now
         self._lock = threading.Lock()
         self._initialized = False
         self._memory_v2: bool | None = None
+        # GPU index -> (part, reason) of the problem last logged for it
+        self._problems: dict[int, tuple[str, str]] = {}
+        self.devices_skipped: Counter[str] = Counter()
+        self.process_lists_skipped: Counter[str] = Counter()
 
     async def read(self) -> GpuReading:
+        """Read every GPU once (in a worker thread).
+
+        Returns:
+            The GPUs that could be read and their compute processes, stamped with ``now``.
+
+        Raises:
+            GpuCollectorError: NVML itself failed, or no GPU could be read; the reason is the
+                NVML error's class name (``NVMLError_LibraryNotFound``).
+        """
         devices, processes = await asyncio.to_thread(self._read_blocking)
         return GpuReading(devices=devices, processes=processes, at=self._now())
 
@@ -133,15 +180,28 @@ class NvmlReader:
     def _query(self, nvml: Any) -> tuple[tuple[GpuDevice, ...], tuple[GpuProcess, ...]]:
         devices: list[GpuDevice] = []
         processes: list[GpuProcess] = []
-        for index in range(int(nvml.nvmlDeviceGetCount())):
-            handle = nvml.nvmlDeviceGetHandleByIndex(index)
-            uuid = _text(nvml.nvmlDeviceGetUUID(handle))
-            used, total = self._memory(nvml, handle)
+        problems: dict[int, tuple[str, str, str]] = {}  # index -> (part, reason, detail)
+        uuids: dict[int, str] = {}
+        first_device_error: Exception | None = None
+        count = int(nvml.nvmlDeviceGetCount())
+        for index in range(count):
+            try:
+                handle = nvml.nvmlDeviceGetHandleByIndex(index)
+                uuid = uuids[index] = _text(nvml.nvmlDeviceGetUUID(handle))
+                used, total = self._memory(nvml, handle)
+                name = _text(nvml.nvmlDeviceGetName(handle))
+            except nvml.NVMLError as error:
+                if type(error).__name__ in _LIBRARY_ERRORS:
+                    raise
+                first_device_error = first_device_error or error
+                problems[index] = ("device", type(error).__name__, str(error))
+                self.devices_skipped[type(error).__name__] += 1
+                continue
             devices.append(
                 GpuDevice(
                     index=index,
                     uuid=uuid,
-                    name=_text(nvml.nvmlDeviceGetName(handle)),
+                    name=name,
                     memory_used_bytes=used,
                     memory_total_bytes=total,
                 )
@@ -150,12 +210,50 @@ class NvmlReader:
                 running = nvml.nvmlDeviceGetComputeRunningProcesses(handle)
             except nvml.NVMLError_NotSupported:
                 running = []
+            except nvml.NVMLError as error:
+                if type(error).__name__ in _LIBRARY_ERRORS:
+                    raise
+                problems[index] = ("processes", type(error).__name__, str(error))
+                self.process_lists_skipped[type(error).__name__] += 1
+                running = []
             for info in running:
                 used_bytes = getattr(info, "usedGpuMemory", None)
                 if used_bytes is None:
                     continue
                 processes.append(GpuProcess(uuid, int(info.pid), int(used_bytes)))
+        if count and not devices and first_device_error is not None:
+            raise first_device_error  # no GPU answered: down, and NVML starts again
+        self._log_problem_changes(problems, uuids)
         return tuple(devices), tuple(processes)
+
+    def _log_problem_changes(
+        self, problems: Mapping[int, tuple[str, str, str]], uuids: Mapping[int, str]
+    ) -> None:
+        """Log each GPU whose problem began, changed or ended since the last read."""
+        for index, (part, reason, detail) in sorted(problems.items()):
+            if self._problems.get(index) == (part, reason):
+                continue
+            self._problems[index] = (part, reason)
+            fields: dict[str, object] = {
+                "host": self._host,
+                "gpu": index,
+                "uuid": uuids.get(index, ""),
+                "part": part,
+                "reason": reason if _REASON.fullmatch(reason) else "other",
+                "detail": detail[:300],
+            }
+            if reason in _HINTS:
+                fields["hint"] = _HINTS[reason]
+            _log.warning("gpu_device_skipped", **fields)
+        for index in sorted(set(self._problems) - set(problems)):
+            part, _reason = self._problems.pop(index)
+            _log.info(
+                "gpu_device_recovered",
+                host=self._host,
+                gpu=index,
+                uuid=uuids.get(index, ""),
+                part=part,
+            )
 
     def _memory(self, nvml: Any, handle: object) -> tuple[int, int]:
         version = getattr(nvml, "nvmlMemory_v2", None)
@@ -182,6 +280,7 @@ class NvmlReader:
         if not self._initialized:
             return
         self._initialized = False
+        self._problems.clear()  # NVML starts afresh: so does what was logged about each GPU
         try:
             self._nvml.nvmlShutdown()
         except self._nvml.NVMLError:

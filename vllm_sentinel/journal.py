@@ -10,6 +10,10 @@ SSH channel on the host's shared connection):
    written while the daemon was down is skipped.
 2. **Backfill.** ``journalctl -o json -a -u U… --since=@T`` (or ``--cursor=C``) read to
    its end. Without ``-f`` journalctl shows every boot, so a reboot in the window is seen.
+   A unit with no record in the window (an idle server started days ago) is then read from
+   its latest ``Started`` up to the window, so that it is not absent after a restart. Records
+   up to the stored cursor (or, without one, up to the daemon's start) are marked
+   ``history``: they rebuild the state without counting starts and crashes again.
 3. **Follow.** ``journalctl -o json -a -f --cursor=<last>`` (systemd ≥ 250 limits
    ``--follow`` to the current boot, which is what following means).
 
@@ -40,7 +44,7 @@ import contextlib
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from fnmatch import fnmatchcase
 from typing import cast
 
@@ -76,13 +80,16 @@ class JournalBatch:
     """Records read from one host, and the cursor of the last one (``None`` if none had one).
 
     ``backfill`` is True for records of the startup backfill; an empty batch with
-    ``backfill=False`` marks its end.
+    ``backfill=False`` marks its end. ``history`` is True for backfilled records the daemon
+    reported in an earlier run (up to its stored cursor), or all of the backfill when it had
+    none: they rebuild the state but their starts and crashes are not counted again.
     """
 
     host: str
     records: tuple[Record, ...]
     cursor: str | None
     backfill: bool = False
+    history: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +113,7 @@ def build_journalctl_argv(
     *,
     follow: bool = False,
     since: float | None = None,
+    until: float | None = None,
     after_cursor: str | None = None,
     lines: int | str | None = None,
     matches: Sequence[str] = (),
@@ -120,6 +128,7 @@ def build_journalctl_argv(
         extra_args: configured options such as ``--directory=/var/log/journal/remote``.
         follow: add ``--follow``.
         since: Unix seconds for ``--since=@…``.
+        until: Unix seconds for ``--until=@…`` (entries before it).
         after_cursor: resume after this cursor.
         cursor: start at this cursor (its entry included; wins over ``after_cursor``).
         lines: ``--lines`` limit (a number or ``"all"``).
@@ -139,6 +148,8 @@ def build_journalctl_argv(
         argv.append(f"--after-cursor={after_cursor}")
     elif since is not None:
         argv.append(f"--since=@{since:.6f}")
+    if until is not None:
+        argv.append(f"--until=@{until:.6f}")
     if lines is not None:
         argv.append(f"--lines={lines}")
     if field is not None:
@@ -159,6 +170,23 @@ def cursor_realtime(cursor: str) -> float | None:
     """
     found = _CURSOR_TIME.search(cursor)
     return int(found.group(1), 16) / 1e6 if found else None
+
+
+def _reported_until(cursor: str | None, now: datetime) -> datetime:
+    """Up to when an earlier run may have reported: the stored cursor's time; with no readable
+    cursor (a first start, or a state directory that was lost), until now."""
+    found = _CURSOR_TIME.search(cursor) if cursor is not None else None
+    if found is None:
+        return now
+    return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=int(found.group(1), 16))
+
+
+def _history_split(records: list[Record], until: datetime) -> int:
+    """How many leading records were written at or before ``until`` (records are in order)."""
+    for index, record in enumerate(records):
+        if record.realtime is not None and record.realtime > until:
+            return index
+    return len(records)
 
 
 Emit = Callable[[JournalBatch], Awaitable[None]]
@@ -190,6 +218,10 @@ class JournalFollower:
         self._transport = transport
         self._settings = settings
         self._cursor = cursor
+        # The backfill's records up to here were reported by an earlier run: not counted again
+        self._reported_until = _reported_until(cursor, clock())
+        self._history_until: datetime | None = self._reported_until
+        self._backfilled_units: set[str | None] = set()  # units the backfill met
         self._clock = clock
         self._sleep = sleep
         self._wait = BackoffWait(settings.reconnect_initial_seconds, settings.reconnect_max_seconds)
@@ -468,9 +500,62 @@ class JournalFollower:
                 records=count,
                 detail="the follower continues from the last record read",
             )
+        await self._backfill_quiet_units(emit, units, start)
+        count = self._backfilled_records
         _log.info("journal_backfill_finished", host=self.host, records=count)
+        self._history_until = None
         await emit(JournalBatch(self.host, (), self._cursor, backfill=False))
         self._follow_since = start if self._cursor is None else None
+
+    async def _backfill_quiet_units(
+        self, emit: Emit, units: tuple[str, ...], window_start: float
+    ) -> None:
+        """Backfill units with no record in the window from their latest ``Started``.
+
+        A unit that started more than ``backfill_max_age_seconds`` ago and has logged nothing
+        since (an idle server) would otherwise have no state, and no series, after a restart.
+        Its records from its latest start to the window are read (the window's are read
+        already), bounded by what is left of ``backfill_max_records``.
+        """
+        settings = self._settings
+        for unit in units:
+            if unit in self._backfilled_units:
+                continue
+            argv = build_journalctl_argv(
+                (unit,),
+                settings.journalctl_args,
+                until=window_start,
+                lines=1,
+                matches=(f"MESSAGE_ID={STARTED_MESSAGE_ID}",),
+                output_fields=("UNIT", "USER_UNIT"),
+            )
+            output = await self._transport.run(argv, settings.query_timeout_seconds)
+            try:
+                latest = int(orjson.loads(output.split(b"\n", 1)[0])["__REALTIME_TIMESTAMP"]) / 1e6
+            except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+                continue  # never started within the journal's reach
+            remaining = settings.backfill_max_records - self._backfilled_records
+            if remaining <= 0:
+                return
+            _log.info(
+                "journal_backfill_quiet_unit",
+                host=self.host,
+                unit=unit,
+                since=datetime.fromtimestamp(latest, UTC).isoformat(),
+            )
+            self._history_until = self._reported_until  # older than the window: maybe history
+            await self._pump(
+                build_journalctl_argv(
+                    (unit,),
+                    settings.journalctl_args,
+                    since=latest,
+                    until=window_start,
+                    lines=remaining,
+                ),
+                emit,
+                backfill=True,
+                keep_cursor=True,
+            )
 
     async def _follow(self, emit: Emit) -> None:
         settings = self._settings
@@ -534,6 +619,21 @@ class JournalFollower:
                     self.records_total += len(records)
                     if backfill:
                         self._backfilled_records += len(records)
+                        self._backfilled_units.update([record.unit for record in records])
+                        until = self._history_until
+                        if until is not None:
+                            split = _history_split(records, until)
+                            if split < len(records):
+                                self._history_until = None  # the rest is new
+                            if split:
+                                history = tuple(records[:split])
+                                records = records[split:]
+                                last = history[-1].cursor if records else cursor
+                                await emit(
+                                    JournalBatch(self.host, history, last, True, history=True)
+                                )
+                            if not records:
+                                continue
                     await emit(JournalBatch(self.host, tuple(records), cursor, backfill))
         if not self._state.up:
             self._set_state(True, "")

@@ -103,6 +103,7 @@ class Marker:
 
 
 _UVICORN = frozenset({LineKind.UVICORN, LineKind.RAW})
+_LOGGED = frozenset({LineKind.VLLM, LineKind.JSON})  # logo lines: through vLLM's logger
 _TAG = r"(?:\[\w+\] )?"  # 0.32+ compile lines may start with "[encoder] " (backends.py)
 
 _P = Phase
@@ -125,7 +126,7 @@ MARKERS: tuple[Marker, ...] = (
         "vllm/entrypoints/utils.py, serve/utils/api_utils.py, "
         "common/startup.py (log_version_and_model)",
         needle="  version ",
-        kinds=frozenset({LineKind.VLLM}),
+        kinds=_LOGGED,
     ),
     Marker(
         _E.PROCESS_STARTED,
@@ -148,7 +149,7 @@ MARKERS: tuple[Marker, ...] = (
         "0.15.1–0.33.0 (logo)",
         "log_version_and_model()",
         needle="  model   ",
-        kinds=frozenset({LineKind.VLLM}),
+        kinds=_LOGGED,
     ),
     Marker(
         _E.SERVER_CONFIG,

@@ -354,7 +354,7 @@ METRICS: tuple[MetricDefinition, ...] = (
     MetricDefinition(
         "vllm_sentinel_unit_starts_total",
         _C,
-        "Incarnations of the unit seen since the daemon started.",
+        "Incarnations of the unit that started after the point the daemon had reported up to.",
         _HU,
         _unit_starts,
     ),

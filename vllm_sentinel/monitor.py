@@ -226,6 +226,7 @@ class Monitor:
                 return
             host.backfilling = item.backfill
             host.published = None
+            host.trackers.counting = not item.history
             host.trackers.feed_many(item.records)
             self.applied_records_total += len(item.records)
             if item.cursor is not None and self._cursors is not None:

@@ -4,7 +4,8 @@ Accepts bytes in any chunking (``feed``/``flush``) and strips the outer wrapper 
 around each line, found by a table (``WRAPPERS``): journald's short formats
 (``Mon DD HH:MM:SS host ident[pid]: `` — month names in any language — and ``short-iso``),
 ``kubectl logs --timestamps`` / ``docker logs -t`` RFC 3339 stamps, docker-compose
-``name  | ``, a Docker UI ``YYYY-MM-DD HH:MM:SS.mmm | `` and TorchServe's ``MODEL_LOG - ``.
+``name  | `` (followed by an RFC 3339 stamp with ``docker compose logs -t``), a Docker UI
+``YYYY-MM-DD HH:MM:SS.mmm | `` and TorchServe's ``MODEL_LOG - ``.
 ANSI colour is removed first; tqdm ``\\r`` refreshes are collapsed later by ``vllm_line``.
 
 Never raises on input: invalid UTF-8 is replaced (counted in ``repaired``), a line longer than
@@ -107,6 +108,7 @@ def _wrapper_table(first: str) -> tuple[tuple[Wrapper, bool, bool, bool, bool], 
 
 
 _DIGIT_WRAPPERS = _wrapper_table("digit")
+_RFC3339 = next(wrapper.regex for wrapper in WRAPPERS if wrapper.name == "rfc3339")
 _ALPHA_WRAPPERS = _wrapper_table("alpha")
 # vLLM's own header ("INFO 01-02 …"): no alpha wrapper can match a line that starts so (the
 # journald month must be followed by a day then a space, a compose name by spaces then "|").
@@ -263,9 +265,16 @@ class TextLogDecoder:
             found = wrapper.regex.match(line)
             if found is None:
                 continue
-            if wrapper.name == "docker-compose" and not self._looks_like_compose(line, found.end()):
-                continue
+            end = found.end()
             iso = found.group("iso") if has_iso else None
+            if wrapper.name == "docker-compose":
+                if not self._looks_like_compose(line, end):
+                    continue
+                if line[end : end + 1].isdigit():
+                    # `docker compose logs -t`: the container's RFC 3339 stamp follows the name
+                    stamped = _RFC3339.match(line, end)
+                    if stamped is not None:
+                        iso, end = stamped.group("iso"), stamped.end()
             if iso:
                 realtime = _parse_iso(iso)
             elif has_month:
@@ -278,7 +287,7 @@ class TextLogDecoder:
                     pid = int(pid_text)
             if has_ident:
                 ident = found.group("ident")
-            line = line[found.end() :]
+            line = line[end:]
             break
         manager = ident in _MANAGER_IDENTS
         return _new_record(

@@ -10,7 +10,10 @@ same time, so lines are keyed by process (PID from vLLM's prefix or the journal)
 The assembler keeps a few words of state per stream, never the frames: a traceback that never
 ends costs nothing. It yields an ``ExceptionEvent`` for each exception line, including every
 link of a chain (``The above exception was the direct cause…``, ``During handling…``), and for
-an exception line met without its traceback (excerpts often start there).
+an exception line met without its traceback (excerpts often start there). A line with vLLM's
+header at INFO/DEBUG/WARNING level ends a traceback after its exception line, and a raw one in
+its frames: after a container restart the same PID prints the new process's logo, whose lines
+start with blanks like a frame or a continuation of the exception message.
 """
 
 from __future__ import annotations
@@ -139,7 +142,11 @@ class TracebackAssembler:
         state = stream.state
         if state is _State.FRAMES:
             if not body or body[0] in " \t" or body.startswith("[Previous line repeated"):
-                return True, None, False
+                if not (body and has_header and level in _QUIET_LEVELS and not stream.logged):
+                    return True, None, False
+                # A logged INFO line (a new process's logo) never belongs to a raw traceback.
+                stream.state = _State.IDLE
+                return self._idle(key, stream, body, level, has_header)
             if has_header and level not in _ERROR_LEVELS:
                 return False, None, False  # another thread's log line in between: not ours
             found = _EXCEPTION_LINE.match(body)
@@ -162,8 +169,11 @@ class TracebackAssembler:
             if body.startswith(_CHAIN_STARTS):
                 stream.state = _State.CHAIN
                 return True, None, False
-            if body[0] in " \t":
+            if body[0] in " \t" and not (has_header and level in _QUIET_LEVELS):
                 return True, None, False  # continuation of a multi-line exception message
+            # Anything else ends the traceback, a logged INFO/DEBUG/WARNING line included:
+            # after a container restart the same PID prints the new process's logo, whose
+            # lines start with blanks.
         stream.state = _State.IDLE
         return self._idle(key, stream, body, level, has_header)
 

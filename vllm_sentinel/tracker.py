@@ -8,8 +8,10 @@ incarnation:
 * **Attribution.** A record goes to the incarnation of its systemd invocation id; without one
   (plain text), to the incarnation that owns its PID if that is an older one, else to the
   current one. A version banner or systemd's ``Started`` starts a new incarnation in text
-  logs. So a late line of a dead incarnation only ever touches that incarnation.
-* **Phases** only move forward within an incarnation (``phases.is_forward``).
+  logs; a banner also frees the PIDs older incarnations owned (a restarted container reuses
+  them). So a late line of a dead incarnation only ever touches that incarnation.
+* **Phases** only move forward within an incarnation (``phases.is_forward``), and so do the
+  times of its timeline: a line from the past enters its phase (or ends) at the last time.
 * **Crashes.** Evidence (exceptions, failure lines, systemd verdicts) is collected per
   incarnation; the incarnation ends ``crashed`` on systemd's non-zero exit or failure, an
   uncaught (raw) traceback during startup, or a failure line after which the process exits.
@@ -61,7 +63,7 @@ from vllm_sentinel.snapshot import (
     UnitSnapshot,
 )
 from vllm_sentinel.tracebacks import ExceptionEvent, TracebackAssembler
-from vllm_sentinel.vllm_line import LineKind, Role, parse_line
+from vllm_sentinel.vllm_line import LineAnatomy, LineKind, Role, parse_line
 
 __all__ = ["TrackerSet", "UnitTracker"]
 
@@ -77,6 +79,8 @@ _HEX_DIGITS = "0123456789abcdef"
 _HALF_YEAR = timedelta(days=180)
 _ERROR_LEVELS = frozenset({"ERROR", "CRITICAL"})
 _MAX_CACHED_UNITS = 1024
+_JSON = LineKind.JSON
+_HEADER_STAMP_LENGTH = len("MM-DD HH:MM:SS")
 # Marker events whose only effect is a phase move (no figures, no special handling).
 _PLAIN_EVENTS = frozenset(Event) - {
     Event.ENGINE_INIT,
@@ -123,6 +127,7 @@ class _Incarnation:
     stop_requested: bool = False
     stop_by_manager: bool = False
     settled: bool = False
+    counted: bool = True  # the crash counts into crashes_total (not learnt from history)
     settle_from: datetime | None = None  # the latest end signal (exit, failure) seen
     confirmed: bool = False  # systemd (or a newer incarnation) confirmed the end
     has_banner: bool = False
@@ -158,6 +163,18 @@ class _Incarnation:
 
 def _evidence_rank(item: Evidence) -> tuple[int, float, int]:
     return (int(item.kind), item.at.timestamp() if item.at else float("inf"), item.seq)
+
+
+def _not_before(time: datetime | None, floor: datetime | None) -> datetime | None:
+    """``time``, or ``floor`` when it is earlier: a timeline never goes back.
+
+    Log lines are not always in time order (threads, processes, a log pasted twice, the old
+    incarnation's last line taken from the new process's first): a phase entered, or an end,
+    at an earlier time than the timeline's last entry is placed at that entry's time.
+    """
+    if time is not None and floor is not None and time < floor:
+        return floor
+    return time
 
 
 def _float(text: str | None) -> float | None:
@@ -210,6 +227,14 @@ class UnitTracker:
         reference_year: year for timestamps that have none (vLLM's header) until a record
             with a full time is seen.
         settle_seconds: log-time delay before a crash is counted with its cause.
+
+    Attributes:
+        counting: while False, records rebuild incarnations, phases and the last crash but a
+            start or a crash they show does not count into ``starts_total`` /
+            ``crashes_total``: the daemon sets it for history it has reported before (records
+            up to its stored cursor) and for the backfill of its first start, so that the
+            counters of a restarted daemon hold only what is new to Prometheus. A crash counts
+            when its end is seen while counting.
     """
 
     def __init__(
@@ -246,6 +271,7 @@ class UnitTracker:
         self._stamp_time: datetime | None = None
         self._stamp_year = 0
         self._unsettled: list[_Incarnation] = []
+        self.counting = True
         self.starts_total = 0
         self.crashes_total: Counter[CrashCause] = Counter()
         self.records_by_level: Counter[str] = Counter()
@@ -370,6 +396,8 @@ class UnitTracker:
             and self._year == self._stamp_year
         ):
             return last  # the same second as the line before: the same result
+        if len(stamp) != _HEADER_STAMP_LENGTH:
+            return self._dated_line_time(stamp)
         try:
             time = datetime(
                 self._year,
@@ -391,8 +419,37 @@ class UnitTracker:
         self._stamp_text, self._stamp_time, self._stamp_year = stamp, time, self._year
         return time
 
-    def _feed_line(self, record: Record, line: str, record_time: datetime | None) -> None:
-        body, kind, level, stamp, _, role, rank, line_pid, _ = parse_line(line)
+    def _dated_line_time(self, stamp: str) -> datetime | None:
+        """The time of a stamp with a full date (a JSON record's ``asctime``), else the last.
+
+        Without a zone the stamp is read as UTC, as vLLM's header is; its year becomes the year
+        of the stamps that have none.
+        """
+        try:
+            time = datetime.fromisoformat(stamp)
+            time = time.replace(tzinfo=UTC) if time.tzinfo is None else time.astimezone(UTC)
+        except (ValueError, OverflowError):  # OverflowError: year 1 with a positive offset
+            return self._last_time
+        self._year = time.year
+        self._last_time = time
+        self._stamp_text, self._stamp_time, self._stamp_year = stamp, time, self._year
+        return time
+
+    def _feed_line(
+        self,
+        record: Record,
+        line: str,
+        record_time: datetime | None,
+        anatomy: LineAnatomy | None = None,
+    ) -> None:
+        parsed = parse_line(line) if anatomy is None else anatomy
+        body, kind, level, stamp, _, role, rank, line_pid, _ = parsed
+        if kind is _JSON and anatomy is None and "\n" in body:
+            # vLLM's JSON formatter puts a whole traceback in one record (``exc_info``): each
+            # of its lines is read as a line of that process with the record's header.
+            for part in body.split("\n"):
+                self._feed_line(record, part, record_time, parsed._replace(body=part))
+            return
         time = record_time if record_time is not None else self._line_time(stamp)
         pid = line_pid or record.pid
         has_header = kind is LineKind.VLLM or kind is LineKind.JSON
@@ -423,6 +480,7 @@ class UnitTracker:
             )
         ):
             incarnation = self._start_incarnation(None, time)
+            self._release_pids(incarnation)
         self.records_by_level[self._level_names.get(level, "none") if level else "none"] += 1
         if kind is not LineKind.RAW or consumed or found is not None or line_pid is not None:
             self.recognized_lines += 1  # vLLM's shape: a header, prefix, marker or traceback
@@ -462,7 +520,11 @@ class UnitTracker:
     def _current(self) -> _Incarnation | None:
         return self._incarnations[-1] if self._incarnations else None
 
-    def _attribute(self, record: Record, pid: int | None, time: datetime | None) -> _Incarnation:
+    def _attribute(
+        self, record: Record, pid: int | None, time: datetime | None, midway: bool = True
+    ) -> _Incarnation:
+        """The incarnation ``record`` belongs to, started if new (``midway``: by a record that
+        is not systemd's ``Started``)."""
         invocation_id = record.invocation_id
         if invocation_id is not None:
             incarnation = self._by_id.get(invocation_id)
@@ -472,7 +534,10 @@ class UnitTracker:
                     current.id = invocation_id
                     self._by_id[invocation_id] = current
                     return current
-                incarnation = self._start_incarnation(invocation_id, time)
+                # The first incarnation a tracker meets midway began before what it reads: a
+                # restarted daemon resuming at its cursor saw (and counted) its start already.
+                counted = not midway or bool(self._incarnations)
+                incarnation = self._start_incarnation(invocation_id, time, counted)
             return incarnation
         current = self._current()
         if current is None:
@@ -482,6 +547,20 @@ class UnitTracker:
             if owner is not None and owner is not current:
                 return owner
         return current
+
+    def _release_pids(self, keeper: _Incarnation) -> None:
+        """Give up the PIDs older incarnations own: a text banner began ``keeper``.
+
+        A restarted container reuses its PIDs (``pid=1``, the same engine PID): from now on
+        their lines belong to the new process, not to the dead incarnation that owned them.
+        """
+        owners = self._pid_owner
+        for incarnation in self._incarnations:
+            if incarnation is keeper:
+                continue
+            for pid in incarnation.pids:
+                if owners.get(pid) is incarnation:
+                    del owners[pid]
 
     def _claim_pid(self, incarnation: _Incarnation, pid: int) -> None:
         if pid in incarnation.pids:
@@ -512,7 +591,9 @@ class UnitTracker:
             )
             self._end(previous, Outcome.CRASHED, previous.last_record_at)
 
-    def _start_incarnation(self, invocation_id: str | None, time: datetime | None) -> _Incarnation:
+    def _start_incarnation(
+        self, invocation_id: str | None, time: datetime | None, counted: bool = True
+    ) -> _Incarnation:
         previous = self._current()
         if previous is not None:
             self._supersede(previous)
@@ -522,7 +603,8 @@ class UnitTracker:
         self._incarnations.append(incarnation)
         if invocation_id is not None:
             self._by_id[invocation_id] = incarnation
-        self.starts_total += 1
+        if self.counting and counted:
+            self.starts_total += 1
         while len(self._incarnations) > self._max_incarnations:
             self._evict(self._incarnations.popleft())
         return incarnation
@@ -554,7 +636,7 @@ class UnitTracker:
             return
         if event in (SystemdEvent.UNIT_STARTING, SystemdEvent.UNIT_STARTED):
             if record.invocation_id is not None:
-                incarnation = self._attribute(record, None, time)
+                incarnation = self._attribute(record, None, time, False)
             else:
                 current = self._current()
                 incarnation = (
@@ -789,6 +871,7 @@ class UnitTracker:
         if incarnation.ended or not is_forward(incarnation.phase, phase):
             return
         previous = incarnation.timeline[-1]
+        time = _not_before(time, previous.entered_at)
         if (
             previous.phase in _STARTUP
             and phase in _STARTUP | {Phase.READY}
@@ -827,15 +910,18 @@ class UnitTracker:
                 # systemd says the process failed after its log looked like a clean stop
                 incarnation.outcome = Outcome.CRASHED
                 incarnation.timeline[-1] = PhaseEntry(Phase.CRASHED, incarnation.ended_at)
+                incarnation.counted = self.counting
                 self._unsettled.append(incarnation)
             return
         incarnation.crash_phase = incarnation.phase
+        time = _not_before(time, incarnation.timeline[-1].entered_at)
         incarnation.ended_at = time
         incarnation.outcome = outcome
         final = Phase.CRASHED if outcome is Outcome.CRASHED else Phase.STOPPED
         incarnation.phase = final
         incarnation.timeline.append(PhaseEntry(final, time))
         if outcome is Outcome.CRASHED:
+            incarnation.counted = self.counting
             self._unsettled.append(incarnation)
 
     def _settle_due(self, now: datetime | None) -> None:
@@ -855,7 +941,8 @@ class UnitTracker:
         if incarnation.settled:
             return
         incarnation.settled = True
-        self.crashes_total[self._crash_info(incarnation).cause] += 1
+        if incarnation.counted:
+            self.crashes_total[self._crash_info(incarnation).cause] += 1
 
     def current_pids(self) -> tuple[int, ...]:
         """PIDs the journal showed for the current incarnation (GPU attribution fallback)."""
@@ -967,7 +1054,21 @@ class TrackerSet:
         self._factory = factory or UnitTracker
         self._trackers: dict[tuple[str | None, str], UnitTracker] = {}
         self._wanted: dict[str, bool] = {}  # wants() by unit name (bounded below)
+        self._counting = True
         self.unrouted_total = 0
+
+    @property
+    def counting(self) -> bool:
+        """``UnitTracker.counting`` of every tracker, present and future."""
+        return self._counting
+
+    @counting.setter
+    def counting(self, value: bool) -> None:
+        if value == self._counting:
+            return
+        self._counting = value
+        for tracker in self._trackers.values():
+            tracker.counting = value
 
     def wants(self, unit: str) -> bool:
         """True when ``unit`` matches the configured names or globs."""
@@ -1015,6 +1116,7 @@ class TrackerSet:
         if tracker is None:
             host, unit = key
             tracker = self._trackers[key] = self._factory(unit, host)
+            tracker.counting = self._counting
         return tracker
 
     def __iter__(self) -> Iterator[UnitTracker]:
@@ -1023,6 +1125,7 @@ class TrackerSet:
     def adopt(self, trackers: Iterable[UnitTracker]) -> None:
         """Take over existing trackers (a config reload keeps the state of kept units)."""
         for tracker in trackers:
+            tracker.counting = self._counting
             self._trackers[(tracker.host, tracker.unit)] = tracker
 
     def remove(self, host: str | None, unit: str) -> None:

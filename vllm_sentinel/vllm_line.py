@@ -12,7 +12,8 @@ Up to 0.11 the worker prefix always carries ANSI colour, which is why journald s
 lines as byte arrays. ``NewLineFormatter`` repeats the header on every physical line of a
 multi-line message and ends all but the last with ``\\r``; tqdm bars refresh with ``\\r``.
 vLLM 0.32+ can log JSON (``--logging-config.formatter json``, python-json-logger fields
-``asctime levelname name processName process message``).
+``asctime levelname name processName process message``, ``exc_info`` for a traceback): the
+``asctime`` becomes the stamp, a traceback stays in the body after ``\\n``.
 
 ``parse_line`` undoes all of that and returns a ``LineAnatomy``; it never raises.
 """
@@ -67,7 +68,9 @@ class LineAnatomy(NamedTuple):
             ``exc_info``.
         kind: the header shape.
         level: ``DEBUG`` … ``CRITICAL`` from the header, else ``None``.
-        stamp: vLLM's ``MM-DD HH:MM:SS`` header time as text (no year, no zone), else ``None``.
+        stamp: the line's time as text: vLLM's ``MM-DD HH:MM:SS`` header (no year, no zone),
+            or a JSON record's ``asctime`` (``MM-DD HH:MM:SS``, or a full date as
+            python-json-logger writes it without a date format), else ``None``.
         source: ``file.py:123`` from the header, else ``None``.
         role: the process role from the innermost prefix, else ``None``.
         rank: the tensor-parallel rank from the prefix (``TP3``, ``rank=3``), else ``None``.
@@ -94,6 +97,7 @@ _HEADER = re.compile(
 )
 _UVICORN = re.compile(r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL):\s+")
 _RANK = re.compile(r"(?:rank=|TP)(\d{1,4})")
+_STAMP_LENGTH = len("MM-DD HH:MM:SS")
 
 _ROLE_RULES: tuple[tuple[re.Pattern[str], Role], ...] = (
     (re.compile(r"(?:APIServer|ApiServer)(?:_(?:DP)?\d+)?$"), Role.API_SERVER),
@@ -178,7 +182,18 @@ def _parse_json(text: str) -> LineAnatomy | None:
         role, rank = parse_process_name(name)
     else:
         name = None
-    return LineAnatomy(body, LineKind.JSON, level, None, None, role, rank, pid, name)
+    return LineAnatomy(body, LineKind.JSON, level, _asctime(data), None, role, rank, pid, name)
+
+
+def _asctime(data: dict[str, object]) -> str | None:
+    """A JSON record's ``asctime`` as a stamp: ``MM-DD HH:MM:SS`` (vLLM's date format) cut to
+    the second like the text header, a full date kept (at most 40 characters), else ``None``."""
+    asctime = data.get("asctime")
+    if not isinstance(asctime, str) or len(asctime) < _STAMP_LENGTH:
+        return None
+    if asctime[2:3] == "-":
+        return asctime[:_STAMP_LENGTH]
+    return asctime[:40] if asctime[4:5] == "-" else None
 
 
 _HEADER_FIRST = frozenset("DIWEC")

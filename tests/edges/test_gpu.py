@@ -102,6 +102,17 @@ def _one_gpu(used: int = GIB) -> tuple[FakeGpu, ...]:
     return (FakeGpu(UUID_0, "NVIDIA H200", H200_TOTAL, used, ((4121, used),)),)
 
 
+def _two_gpus(
+    first: Mapping[str, pynvml.NVMLError] | None = None,
+    lost: Mapping[str, pynvml.NVMLError] | None = None,
+) -> tuple[FakeGpu, ...]:
+    """Two GPUs with 1 GiB used by one process each; ``first``/``lost``: their NVML errors."""
+    return (
+        FakeGpu(UUID_0, "NVIDIA H200", H200_TOTAL, GIB, ((4121, GIB),), errors=first or {}),
+        FakeGpu(UUID_1, "NVIDIA H200", H200_TOTAL, GIB, ((4122, GIB),), errors=lost or {}),
+    )
+
+
 class TestNvmlReader:
     @pytest.mark.asyncio
     async def test_reads_devices_and_processes_in_bytes(self) -> None:
@@ -201,6 +212,87 @@ class TestNvmlReader:
         reading = await NvmlReader(FakeNvml([frame])).read()
         assert reading.devices[0].name == "NVIDIA B200"
 
+    @pytest.mark.asyncio
+    async def test_a_lost_gpu_is_skipped_and_the_others_are_read(self) -> None:
+        """One GPU off the bus: the other GPU and its processes are still read; NVML stays up."""
+        frame = _two_gpus(lost={"nvmlDeviceGetMemoryInfo": nvml_error("NVMLError_GpuIsLost")})
+        nvml = FakeNvml([frame])
+        reader = NvmlReader(nvml, host="h1", now=lambda: START)
+        reading = await reader.read()
+        assert reading.devices == (GpuDevice(0, UUID_0, "NVIDIA H200", GIB, H200_TOTAL),)
+        assert reading.processes == (GpuProcess(UUID_0, 4121, GIB),)
+        assert reader.devices_skipped == {"NVMLError_GpuIsLost": 1}
+        assert nvml.shutdown_calls == 0 and nvml.init_calls == 1
+
+    @pytest.mark.asyncio
+    async def test_a_gpu_without_a_handle_is_skipped(self) -> None:
+        """No handle for one GPU (NoPermission): that GPU is left out, the other is read."""
+        denied = nvml_error("NVMLError_NoPermission")
+        reader = NvmlReader(FakeNvml([_two_gpus(first={"nvmlDeviceGetHandleByIndex": denied})]))
+        reading = await reader.read()
+        assert [device.uuid for device in reading.devices] == [UUID_1]
+        assert reading.devices[0].index == 1
+        assert reading.processes == (GpuProcess(UUID_1, 4122, GIB),)
+        assert reader.devices_skipped == {"NVMLError_NoPermission": 1}
+
+    @pytest.mark.asyncio
+    async def test_a_refused_process_list_keeps_the_device(self) -> None:
+        """NVML refusing one GPU's process list drops only those processes."""
+        denied = nvml_error("NVMLError_NoPermission")
+        frame = _two_gpus(lost={"nvmlDeviceGetComputeRunningProcesses": denied})
+        reader = NvmlReader(FakeNvml([frame]))
+        reading = await reader.read()
+        assert [device.uuid for device in reading.devices] == [UUID_0, UUID_1]
+        assert reading.devices[1].memory_used_bytes == GIB
+        assert reading.processes == (GpuProcess(UUID_0, 4121, GIB),)
+        assert reader.process_lists_skipped == {"NVMLError_NoPermission": 1}
+        assert not reader.devices_skipped
+
+    @pytest.mark.asyncio
+    async def test_every_gpu_failing_is_a_collector_error(self) -> None:
+        """When no GPU answers, the read fails as before and NVML is initialised again."""
+        lost = nvml_error("NVMLError_GpuIsLost")
+        frame = _two_gpus(first={"nvmlDeviceGetUUID": lost}, lost={"nvmlDeviceGetMemoryInfo": lost})
+        nvml = FakeNvml([frame])
+        reader = NvmlReader(nvml)
+        with pytest.raises(GpuCollectorError) as caught:
+            await reader.read()
+        assert caught.value.reason == "NVMLError_GpuIsLost"
+        assert nvml.shutdown_calls == 1
+
+    @pytest.mark.asyncio
+    async def test_library_errors_on_a_device_still_fail_the_read(self) -> None:
+        """A driver/library error raised by a per-device call is not a per-device problem."""
+        gone = nvml_error("NVMLError_DriverNotLoaded")
+        reader = NvmlReader(FakeNvml([_two_gpus(lost={"nvmlDeviceGetName": gone})]))
+        with pytest.raises(GpuCollectorError) as caught:
+            await reader.read()
+        assert caught.value.reason == "NVMLError_DriverNotLoaded"
+
+    @pytest.mark.asyncio
+    async def test_device_skips_are_logged_once_per_state_change(self) -> None:
+        """Skipped three reads in a row: one warning; back: one info; a new reason: a warning."""
+        lost = _two_gpus(lost={"nvmlDeviceGetMemoryInfo": nvml_error("NVMLError_GpuIsLost")})
+        denied = _two_gpus(
+            lost={"nvmlDeviceGetComputeRunningProcesses": nvml_error("NVMLError_NoPermission")}
+        )
+        nvml = FakeNvml([lost, lost, lost, _two_gpus(), denied, denied])
+        reader = NvmlReader(nvml, host="h1")
+        with capture_logs() as logs:
+            for _ in range(6):
+                await reader.read()
+        assert [(e["event"], e["log_level"], e.get("reason"), e["part"]) for e in logs] == [
+            ("gpu_device_skipped", "warning", "NVMLError_GpuIsLost", "device"),
+            ("gpu_device_recovered", "info", None, "device"),
+            ("gpu_device_skipped", "warning", "NVMLError_NoPermission", "processes"),
+        ]
+        assert {(e["host"], e["gpu"]) for e in logs} == {("h1", 1)}
+        assert logs[0]["detail"] == "GPU is lost"
+        assert "fell off the bus" in logs[0]["hint"]
+        assert logs[2]["uuid"] == UUID_1
+        assert reader.devices_skipped == {"NVMLError_GpuIsLost": 3}
+        assert reader.process_lists_skipped == {"NVMLError_NoPermission": 2}
+
     @needs_no_nvml
     @pytest.mark.asyncio
     async def test_real_pynvml_without_driver(self) -> None:
@@ -279,6 +371,29 @@ class TestGpuPoller:
         assert poller.state == CollectorState(up=True, since=START, reason="", reconnects_total=0)
         assert [entry["event"] for entry in logs] == ["gpu_collector_up"]
         assert nvml.shutdown_calls == 1  # the poller closed its reader
+
+    @pytest.mark.asyncio
+    async def test_one_failing_gpu_keeps_the_collector_up(self) -> None:
+        """A lost GPU and a refused process list: collector up, the healthy GPU still emitted."""
+        frame = _two_gpus(
+            first={"nvmlDeviceGetComputeRunningProcesses": nvml_error("NVMLError_NoPermission")},
+            lost={"nvmlDeviceGetHandleByIndex": nvml_error("NVMLError_GpuIsLost")},
+        )
+        clock = FakeClock(limit=3)
+        poller = GpuPoller(
+            "h1", NvmlReader(FakeNvml([frame]), now=clock.now), 2.0, sleep=clock.sleep
+        )
+        readings: list[GpuReading] = []
+
+        async def emit(reading: GpuReading) -> None:
+            readings.append(reading)
+
+        with capture_logs() as logs, pytest.raises(StopPollingError):
+            await poller.run(emit)
+        assert poller.state.up
+        assert len(readings) == 3
+        assert all([d.uuid for d in r.devices] == [UUID_0] for r in readings)
+        assert "gpu_collector_down" not in [entry["event"] for entry in logs]
 
     @needs_no_nvml
     @pytest.mark.asyncio

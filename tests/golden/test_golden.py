@@ -34,6 +34,49 @@ def _exception_line(crash: CrashInfo) -> str:
     return f"{crash.exception}: {crash.message}" if crash.exception else crash.message
 
 
+def check_golden(golden: Path, text: str, *, update: bool) -> None:
+    """Compare ``text`` with the golden file; ``update`` (``--update-golden``) (re)writes it.
+
+    A missing golden file fails: a new corpus log passes only once its output was written with
+    ``--update-golden`` and the file reviewed in the git diff.
+    """
+    if update:
+        golden.write_text(text)
+    elif not golden.exists():
+        pytest.fail(
+            f"{golden.name} is missing: run pytest tests/golden --update-golden, "
+            "review the new file and commit it"
+        )
+    assert text == golden.read_text()
+
+
+class TestCheckGolden:
+    """The comparison itself: a golden file is reviewed, never made up by the test run."""
+
+    def test_a_missing_golden_file_fails_and_is_not_written(self, tmp_path: Path) -> None:
+        """A new corpus log without its ``.replay.json`` fails, naming the option."""
+        golden = tmp_path / "999-new.replay.json"
+        with pytest.raises(pytest.fail.Exception, match="--update-golden"):
+            check_golden(golden, "{}\n", update=False)
+        assert not golden.exists()
+
+    def test_update_writes_a_missing_or_different_file(self, tmp_path: Path) -> None:
+        """With ``--update-golden`` the file is (re)written and the check passes."""
+        golden = tmp_path / "999-new.replay.json"
+        check_golden(golden, "{}\n", update=True)
+        assert golden.read_text() == "{}\n"
+        check_golden(golden, '{"a": 1}\n', update=True)
+        assert golden.read_text() == '{"a": 1}\n'
+
+    def test_a_different_document_fails(self, tmp_path: Path) -> None:
+        """Without the option a changed output is a failure, and the file is left alone."""
+        golden = tmp_path / "999-new.replay.json"
+        golden.write_text("{}\n")
+        with pytest.raises(AssertionError):
+            check_golden(golden, '{"a": 1}\n', update=False)
+        assert golden.read_text() == "{}\n"
+
+
 @pytest.mark.parametrize("log", LOGS, ids=[path.stem for path in LOGS])
 class TestCorpus:
     """Replay each real log and compare with the labels that carry no '?'."""
@@ -74,11 +117,8 @@ class TestCorpus:
     def test_full_replay_document(self, log: Path, update_golden: bool) -> None:
         """The whole replay JSON equals the reviewed golden file (``--update-golden`` rewrites)."""
         document = to_json(_replay_file(log))
-        golden = log.with_suffix(".replay.json")
         text = json.dumps(document, indent=2, ensure_ascii=False, sort_keys=True) + "\n"
-        if update_golden or not golden.exists():
-            golden.write_text(text)
-        assert text == golden.read_text()
+        check_golden(log.with_suffix(".replay.json"), text, update=update_golden)
 
 
 JOURNALS = sorted((HERE / "journal").glob("*.jsonl"))

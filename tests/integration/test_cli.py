@@ -2,25 +2,46 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
+import bcrypt
 import pytest
 
 from tests.support.daemon import current_phase, free_port, parse_metrics, value
+from tests.support.snapshots import basic_snapshot
+from tests.support.tls import write_self_signed
+from vllm_sentinel.exporter import SentinelCollector, make_registry
+from vllm_sentinel.http import (
+    BasicAuthenticator,
+    TlsServerConfig,
+    build_ssl_context,
+    make_app,
+    start_http_server,
+)
+from vllm_sentinel.report import status_document
 
 ROOT = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-m", "vllm_sentinel"]
 LOG = ROOT / "tests/golden/logs/101-journald-v0.15.1-boot-kv-too-small-restart-then-ready.log"
 
 
-def _run(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run([*CLI, *args], input=stdin, capture_output=True, timeout=60, check=False)
+def _run(
+    *args: str, stdin: bytes | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [*CLI, *args], input=stdin, capture_output=True, timeout=60, check=False, env=env
+    )
 
 
 class TestReplay:
@@ -82,6 +103,46 @@ class TestReplay:
         assert result.returncode == 2
         assert result.stderr.decode().count("\n") == 1 and "cannot read" in result.stderr.decode()
 
+    def test_named_pipe_is_read_like_a_file(self, tmp_path: Path) -> None:
+        """A FIFO (what ``replay <(cat x.log)`` passes) is read to its end, like the file."""
+        fifo = tmp_path / "paste.fifo"
+        os.mkfifo(fifo)
+
+        def feed() -> None:
+            with contextlib.suppress(BrokenPipeError), open(fifo, "wb") as stream:
+                # open blocks until replay opens the other end
+                for start in range(0, len(data), 4096):
+                    stream.write(data[start : start + 4096])
+
+        data = LOG.read_bytes()
+        writer = threading.Thread(target=feed, daemon=True)
+        writer.start()
+        result = _run("replay", str(fifo))
+        if writer.is_alive():  # replay never opened the pipe: release the writer
+            os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))
+        writer.join(timeout=10)
+        assert result.returncode == 0, result.stderr.decode()
+        assert result.stdout == _run("replay", str(LOG)).stdout
+        assert "root cause kv_cache_insufficient" in result.stdout.decode()
+
+    def test_dev_null_is_empty_input(self) -> None:
+        """``/dev/null`` (a character device) is empty input: exit 0, as for empty stdin."""
+        result = _run("replay", "/dev/null")
+        assert result.returncode == 0, result.stderr.decode()
+        assert result.stdout == _run("replay", "-", stdin=b"").stdout
+        assert result.stdout.decode().strip() == "no vLLM records found"
+
+    def test_what_open_refuses_is_one_line_with_its_reason(self, tmp_path: Path) -> None:
+        """A path that exists but cannot be opened (a UNIX socket) names open()'s reason."""
+        path = tmp_path / "control.sock"
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
+            server.bind(str(path))
+            result = _run("replay", str(path))
+        err = result.stderr.decode()
+        assert result.returncode == 2
+        assert err.count("\n") == 1, err
+        assert f"cannot read {path}: " in err and "no such file" not in err, err
+
 
 class TestCheckConfig:
     """``vllm-sentinel check-config``."""
@@ -103,6 +164,123 @@ class TestCheckConfig:
         assert result.returncode == 2
         err = result.stderr.decode()
         assert "exporter.listen" in err and "hosts[0].units[0]" in err
+
+
+PASSWORD = "status-PASSWORD-7c3d-never-in-argv"
+
+
+@contextlib.contextmanager
+def _exporter(tls_files: tuple[Path, Path] | None, users: bool) -> Iterator[str]:
+    """A real exporter HTTP server (optional TLS, optional basic auth) on 127.0.0.1: its URL."""
+    cert_file, key_file = tls_files or (None, None)
+    context = (
+        build_ssl_context(TlsServerConfig(cert_file, key_file))
+        if cert_file is not None and key_file is not None
+        else None
+    )
+    hashed = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(rounds=4)).decode()
+    authenticator = BasicAuthenticator({"prometheus": hashed}) if users else None
+    registry = make_registry(SentinelCollector(basic_snapshot))
+    app = make_app(registry, lambda: status_document(basic_snapshot()), authenticator=authenticator)
+    handle = start_http_server("127.0.0.1", 0, app, ssl_context=context)
+    try:
+        yield f"{'https' if context else 'http'}://127.0.0.1:{handle.port}"
+    finally:
+        handle.shutdown()
+
+
+def _env(password: str | None = PASSWORD) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "VLLM_SENTINEL_PASSWORD"}
+    if password is not None:
+        env["VLLM_SENTINEL_PASSWORD"] = password
+    return env
+
+
+def _one_error_line(result: subprocess.CompletedProcess[bytes]) -> str:
+    err = result.stderr.decode()
+    assert result.returncode == 2, (result.returncode, err)
+    assert err.count("\n") == 1 and err.startswith("vllm-sentinel: "), err
+    assert "Traceback" not in err and PASSWORD not in err
+    return err
+
+
+class TestStatus:
+    """``vllm-sentinel status`` against a real exporter: TLS with a CA file, basic auth."""
+
+    def test_tls_and_basic_auth(self, tls_files: tuple[Path, Path]) -> None:
+        """--cacert trusts the server, --user sends the password from the environment."""
+        cert_file, _ = tls_files
+        with _exporter(tls_files, users=True) as url:
+            result = _run(
+                "status", "--url", url, "--cacert", str(cert_file), "--user", "prometheus",
+                env=_env(),
+            )  # fmt: skip
+            as_json = _run(
+                "status", "--json", "--url", url + "/", "--cacert", str(cert_file),
+                "--user", "prometheus", env=_env(),
+            )  # fmt: skip
+        assert result.returncode == 0, result.stderr.decode()
+        assert "vllm-idle.service" in result.stdout.decode()
+        assert as_json.returncode == 0, as_json.stderr.decode()
+        assert {h["host"] for h in json.loads(as_json.stdout)["hosts"]} == {"gpu-a", "gpu-b"}
+
+    def test_missing_or_wrong_password_is_401_in_one_line(self) -> None:
+        """401 without credentials and with a wrong password: one line each, exit 2."""
+        with _exporter(None, users=True) as url:
+            missing = _one_error_line(_run("status", "--url", url, env=_env()))
+            wrong = _one_error_line(
+                _run("status", "--url", url, "--user", "prometheus", env=_env("wrong"))
+            )
+        assert "401" in missing and "--user" in missing
+        assert "401" in wrong and "wrong user or password" in wrong
+
+    def test_user_without_the_password_variable(self) -> None:
+        """--user needs VLLM_SENTINEL_PASSWORD; a password is never taken from argv."""
+        with _exporter(None, users=True) as url:
+            err = _one_error_line(
+                _run("status", "--url", url, "--user", "prometheus", env=_env(None))
+            )
+            usage = _run("status", "--url", url, "--password", PASSWORD, env=_env(None))
+        assert "VLLM_SENTINEL_PASSWORD" in err
+        assert usage.returncode == 2 and b"No such option" in usage.stderr
+
+    def test_untrusted_certificate_is_one_line(self, tls_files: tuple[Path, Path]) -> None:
+        """Without --cacert a self-signed certificate fails verification, said in one line."""
+        with _exporter(tls_files, users=False) as url:
+            err = _one_error_line(_run("status", "--url", url, env=_env()))
+        assert "certificate verification failed" in err and "--cacert" in err
+
+    def test_wrong_ca_is_one_line(self, tls_files: tuple[Path, Path], tmp_path: Path) -> None:
+        """A CA file that did not sign the server's certificate fails verification."""
+        other = tmp_path / "other"
+        other.mkdir()
+        other_ca, _ = write_self_signed(other)
+        with _exporter(tls_files, users=False) as url:
+            err = _one_error_line(_run("status", "--url", url, "--cacert", str(other_ca)))
+        assert "certificate verification failed" in err
+
+    def test_unreadable_ca_file_is_one_line(self, tmp_path: Path) -> None:
+        """A --cacert that is missing or not PEM is named."""
+        missing = _one_error_line(
+            _run("status", "--url", "https://127.0.0.1:1", "--cacert", str(tmp_path / "no.pem"))
+        )
+        garbage = tmp_path / "garbage.pem"
+        garbage.write_text("not a certificate\n")
+        bad = _one_error_line(
+            _run("status", "--url", "https://127.0.0.1:1", "--cacert", str(garbage))
+        )
+        assert "--cacert" in missing and "no.pem" in missing
+        assert "--cacert" in bad and "garbage.pem" in bad
+
+    def test_connection_refused_is_one_line(self) -> None:
+        """Nothing listening: 'connection refused', exit 2."""
+        err = _one_error_line(_run("status", "--url", f"http://127.0.0.1:{free_port()}"))
+        assert "connection refused" in err
+
+    def test_only_http_urls(self, tmp_path: Path) -> None:
+        """A file: URL (which urllib would open) is refused."""
+        err = _one_error_line(_run("status", "--url", f"file://{tmp_path}"))
+        assert "http://" in err
 
 
 def _watch_demo(url: str) -> tuple[set[str], set[str], bool]:

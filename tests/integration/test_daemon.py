@@ -69,7 +69,9 @@ async def test_flashinfer_incident_step_by_step(
         samples = await daemon.wait_for(
             lambda s: current_phase(s, UNIT) == "loading_weights", what="loading"
         )
-        assert value(samples, "vllm_sentinel_unit_starts_total", unit=UNIT) == 1
+        # A's start was written before the daemon started: history rebuilds the state but is
+        # not counted (a restarted daemon must not count again what it reported before)
+        assert value(samples, "vllm_sentinel_unit_starts_total", unit=UNIT) == 0
         assert value(samples, "vllm_sentinel_collector_up", collector="journal") == 1
 
         write(
@@ -147,7 +149,7 @@ async def test_flashinfer_incident_step_by_step(
         assert value(
             samples, "vllm_sentinel_unit_phase_entered_timestamp_seconds", unit=UNIT
         ) == pytest.approx((clock.base + timedelta(seconds=112)).timestamp())
-        assert value(samples, "vllm_sentinel_unit_starts_total", unit=UNIT) == 2
+        assert value(samples, "vllm_sentinel_unit_starts_total", unit=UNIT) == 1  # B, seen live
         assert value(samples, "vllm_sentinel_unit_benign_errors_total", unit=UNIT) == 1
         assert (
             value(
@@ -196,6 +198,64 @@ async def test_flashinfer_incident_step_by_step(
         )
         assert (
             sum(v for (n, _), v in samples.items() if n == "vllm_sentinel_unit_crashes_total") == 1
+        )
+
+
+async def test_restart_does_not_count_a_reported_crash_again(
+    journal_writer: JournalWriter, tmp_path: Path
+) -> None:
+    """A crash counted by the first run is history for the second: the last crash is still
+    known, but neither it nor its start counts again (Prometheus would take the restarted
+    counter for a reset and fire VllmCrashed for an old crash)."""
+    clock = Clock(timedelta(0))  # records written now: after the first run started
+    journal_writer.write_and_flush(
+        [service_line("sshd.service", "9" * 32, 77, "Accepted publickey", clock.us(-60))]
+    )
+    journal_writer.wait_until_readable(1)
+    config = local_config(journal_writer.path.parent, tmp_path / "state", units=f'["{UNIT}"]')
+    async with running_daemon(config) as daemon:
+        await daemon.wait_for(
+            lambda s: value(s, "vllm_sentinel_collector_up", collector="journal") == 1, what="up"
+        )
+        journal_writer.write_and_flush(
+            [
+                manager_line(UNIT, A, f"Started {UNIT}.", MESSAGE_ID_STARTED, clock.us(1)),
+                service_line(
+                    UNIT,
+                    A,
+                    7,
+                    "ERROR 11-29 10:00:30 [core.py:1] torch.OutOfMemoryError: CUDA out of memory.",
+                    clock.us(2),
+                ),
+                manager_line(
+                    UNIT,
+                    A,
+                    f"{UNIT}: Main process exited, code=exited, status=1/FAILURE",
+                    None,
+                    clock.us(3),
+                ),
+                # the restart, a minute of log time later: A's crash settles by log time
+                manager_line(UNIT, B, f"Started {UNIT}.", MESSAGE_ID_STARTED, clock.us(63)),
+            ]
+        )
+        samples = await daemon.wait_for(
+            lambda s: (
+                value(s, "vllm_sentinel_unit_crashes_total", unit=UNIT, cause="cuda_oom") == 1
+            ),
+            what="crash counted live",
+        )
+        assert value(samples, "vllm_sentinel_unit_starts_total", unit=UNIT) == 2
+    async with running_daemon(config) as daemon:
+        samples = await daemon.wait_for(
+            lambda s: (
+                value(s, "vllm_sentinel_unit_last_crash_info", unit=UNIT, cause="cuda_oom") == 1
+                and current_phase(s, UNIT) == "starting"
+            ),
+            what="state rebuilt from history",
+        )
+        assert value(samples, "vllm_sentinel_unit_starts_total", unit=UNIT) == 0
+        assert (
+            sum(v for (n, _), v in samples.items() if n == "vllm_sentinel_unit_crashes_total") == 0
         )
 
 
@@ -278,8 +338,9 @@ async def test_restart_resumes_from_cursor(
                 what="crash while down counted",
             )
             assert current_phase(samples, UNIT) == "starting"
-            # both incarnations (A is known from its own lines when its "Started" is not re-read)
-            assert value(samples, "vllm_sentinel_unit_starts_total", unit=UNIT) == 2
+            # B only: A's start is before the stored cursor (the first run saw it), whether the
+            # backfill re-reads A's "Started" (window) or meets A midway (from the cursor)
+            assert value(samples, "vllm_sentinel_unit_starts_total", unit=UNIT) == 1
             levels = {
                 dict(labels)["level"]: v
                 for (n, labels), v in samples.items()
@@ -309,7 +370,7 @@ async def test_unit_matching_a_glob_later_is_followed(
     journal_writer: JournalWriter, tmp_path: Path
 ) -> None:
     """A glob that matches no unit yet keeps the collector up; the unit is followed once it logs."""
-    clock = Clock()
+    clock = Clock(timedelta(0))  # written now: after the daemon started, so counted
     journal_writer.write_and_flush(
         [service_line("sshd.service", "9" * 32, 77, "Accepted publickey", clock.us(0))]
     )
@@ -355,3 +416,50 @@ async def test_unit_matching_a_glob_later_is_followed(
             lambda s: value(s, "vllm_sentinel_unit_model_weights_bytes", unit=UNIT) is not None,
             what="followed after discovery",
         )
+
+
+async def test_a_unit_quiet_for_longer_than_the_window_keeps_its_state(
+    journal_writer: JournalWriter, tmp_path: Path
+) -> None:
+    """An idle server that started 30 h ago (outside the 24 h window) and logged nothing since
+    is backfilled from its latest ``Started``: ready at the first scrape, not absent."""
+    idle = "vllm-idle.service"
+    clock = Clock(timedelta(hours=30))
+    recent = Clock(timedelta(minutes=5))
+    journal_writer.write_and_flush(
+        [
+            manager_line(idle, "c" * 32, f"Started {idle}.", MESSAGE_ID_STARTED, clock.us(0)),
+            service_line(
+                idle,
+                "c" * 32,
+                100,
+                "(APIServer pid=100) INFO 11-28 10:00:30 [api_server.py:1] vLLM API server "
+                "version 0.11.0",
+                clock.us(1),
+            ),
+            service_line(
+                idle,
+                "c" * 32,
+                100,
+                "(APIServer pid=100) INFO:     Application startup complete.",
+                clock.us(60),
+            ),
+            manager_line(UNIT, A, f"Started {UNIT}.", MESSAGE_ID_STARTED, recent.us(0)),
+        ]
+    )
+    journal_writer.wait_until_readable(4)
+    config = local_config(journal_writer.path.parent, tmp_path / "state")
+    with capture_logs() as logs:
+        async with running_daemon(config) as daemon:
+            samples = await daemon.wait_for(
+                lambda s: (
+                    current_phase(s, idle) == "ready" and current_phase(s, UNIT) == "starting"
+                ),
+                what="the idle unit ready, the other starting",
+            )
+    assert value(samples, "vllm_sentinel_unit_starts_total", unit=idle) == 0  # history
+    assert value(
+        samples, "vllm_sentinel_unit_phase_entered_timestamp_seconds", unit=idle
+    ) == pytest.approx((clock.base + timedelta(seconds=60)).timestamp())
+    (quiet,) = [e for e in logs if e["event"] == "journal_backfill_quiet_unit"]
+    assert quiet["unit"] == idle

@@ -320,7 +320,8 @@ class TestSshDrops:
         assert len(applied.records) == written + 1  # and the "Started" line, once
         unit = unit_snapshot(monitor)
         assert unit.records_by_level["info"] == written
-        assert unit.starts_total == 1
+        assert len(unit.incarnations) == 1  # 150 resumes never made a second incarnation
+        assert unit.starts_total == 0  # its start was history (written before the follower ran)
         assert reconnects >= DROPS
         assert cursors.marked(HOST) == applied.records[-1].cursor
         print(f"\nssh drops: {drops} drops, {written} records checked, {elapsed:.1f}s")
@@ -539,7 +540,11 @@ class TestHostDown:
             applied.check(60)
             assert levels_of(samples)["info"] == 61  # the 60 + "Starting to load model"
             assert current_phase(samples, UNIT) == "loading_weights"
-            assert value(samples, "vllm_sentinel_unit_starts_total", unit=UNIT) == 1
+            # the start was written before the daemon started (history, not counted) and the
+            # reconnect did not make a second incarnation of it
+            assert value(samples, "vllm_sentinel_unit_starts_total", unit=UNIT) == 0
+            (unit,) = daemon.daemon.monitor.latest.hosts[0].units
+            assert len(unit.incarnations) == 1
         print(
             f"\nhost down: collector_up 0 after {down_after:.2f}s (bound {2 * poll:g}s); "
             f"picked up {up_after:.2f}s after it answered again"
@@ -809,16 +814,23 @@ class TestConfigReload:
         for name, directory in dirs.items():
             directory.mkdir()
             writers[name] = JournalWriter(directory, name, binary=journal_remote)
+        state = tmp_path / "state"
+        state.mkdir()
+        # alpha and beta: the daemon had reported up to a minute before the crashes (a stored
+        # cursor), so the crashes are new to it and counted; gamma has no stored cursor
+        for name in ("alpha", "beta"):
+            writers[name].write_and_flush([info_line(0, base - 60_000_000, unit="sshd.service")])
+            marker = orjson.loads(writers[name].wait_until_readable(1)[0])["__CURSOR"]
+            (state / f"{name}.cursor").write_text(marker + "\n")
         writers["alpha"].write_and_flush(
             [*_crash(UNIT, "a" * 32, base), started(base + 100, OTHER, "b" * 32)]
         )
         writers["beta"].write_and_flush(_crash(UNIT, "c" * 32, base))
         writers["gamma"].write_and_flush([started(base, THIRD, "d" * 32)])
-        for name, count in (("alpha", 5), ("beta", 4), ("gamma", 1)):
+        for name, count in (("alpha", 6), ("beta", 5), ("gamma", 1)):
             writers[name].wait_until_readable(count)
         path = tmp_path / "sentinel.toml"
         port = free_port()
-        state = tmp_path / "state"
 
         def write(hosts: dict[str, list[str]]) -> None:
             text = _two_host_config(state, {h: (dirs[h], u) for h, u in hosts.items()})
@@ -1040,9 +1052,127 @@ class TestUnknownCursor:
                     lambda s: levels_of(s).get("info") == 20, what="20 info records"
                 )
         assert applied.seqs() == list(range(1, 21))
-        assert value(samples, "vllm_sentinel_unit_starts_total", unit=UNIT) == 1
+        # counted: what follows the time inside the stored cursor (2 days ago); a cursor with
+        # no readable time says nothing, so the window is history, as on a first start
+        starts = 0 if kind == "garbage" else 1
+        assert value(samples, "vllm_sentinel_unit_starts_total", unit=UNIT) == starts
         (unknown,) = log_events(logs, "journal_cursor_unknown")
         assert unknown["action"] == "window_backfill" and unknown["host"] == "llm-two"
         (backfill,) = log_events(logs, "journal_backfill_started")
         assert backfill["from_cursor"] is False
         assert (state / "llm-two.cursor").read_text().strip() == applied.records[-1].cursor
+
+
+# --- the cursor store: concurrent and failing writes ----------------------------------------
+
+
+def _state_files(directory: Path) -> list[str]:
+    return sorted(path.name for path in directory.iterdir())
+
+
+class TestCursorStore:
+    """``CursorStore.flush``: one valid file whoever writes, nothing pending lost on a failure."""
+
+    async def test_concurrent_flushes_write_a_valid_file_and_no_temporaries(
+        self, tmp_path: Path
+    ) -> None:
+        """Two threads marking and flushing 300 times each: no error, one whole cursor."""
+        store = CursorStore(tmp_path / "state")
+        start = threading.Barrier(2)
+        errors: list[BaseException] = []
+
+        def writer(name: str) -> None:
+            start.wait()
+            try:
+                for n in range(300):
+                    store.mark(HOST, f"s={name};i={n:x}")
+                    store.flush_sync()
+            except BaseException as error:  # reported by the assertion below
+                errors.append(error)
+
+        threads = [threading.Thread(target=writer, args=(name,)) for name in ("a", "b")]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert errors == []
+        assert _state_files(tmp_path / "state") == [f"{HOST}.cursor"]
+        assert (tmp_path / "state" / f"{HOST}.cursor").read_text() == f"{store.marked(HOST)}\n"
+        assert re.fullmatch(r"s=[ab];i=[0-9a-f]+", store.load(HOST) or "")
+
+    async def test_the_final_flush_waits_for_the_one_in_flight(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The periodic flush cancelled mid-write (as on shutdown): the final flush waits for
+        it, then writes the newest cursor; no write fails and no temporary file is left."""
+        store = CursorStore(tmp_path / "state")
+        real_replace = os.replace
+        inside = threading.Event()
+        release = threading.Event()
+        writing: list[str] = []
+        failures: list[BaseException] = []
+
+        def replace(source: Any, target: Any) -> None:
+            writing.append(Path(source).read_text().strip())
+            if len(writing) == 1:
+                inside.set()
+                release.wait(10)
+            try:
+                real_replace(source, target)
+            except OSError as error:
+                failures.append(error)
+                raise
+
+        monkeypatch.setattr(os, "replace", replace)
+        store.mark(HOST, "s=x;i=1")
+        periodic = asyncio.create_task(store.flush())
+        assert await asyncio.to_thread(inside.wait, 10)
+        periodic.cancel()  # what the daemon does to its flusher on SIGTERM
+        with contextlib.suppress(asyncio.CancelledError):
+            await periodic
+        store.mark(HOST, "s=x;i=2")
+        waiting = asyncio.create_task(store.flush())
+        await asyncio.sleep(0.05)
+        waiting.cancel()  # a flush cancelled while it waits is cancelled, not left running
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(waiting, 1)
+        final = asyncio.create_task(store.flush())
+        await asyncio.sleep(0.2)
+        assert writing == ["s=x;i=1"]  # the final flush has not started writing
+        release.set()
+        assert await asyncio.wait_for(final, 10) == 1
+        assert writing == ["s=x;i=1", "s=x;i=2"]
+        assert failures == []
+        assert store.load(HOST) == "s=x;i=2"
+        assert _state_files(tmp_path / "state") == [f"{HOST}.cursor"]
+
+    @pytest.mark.parametrize("how", ["flush", "flush_sync"])
+    async def test_a_failed_write_keeps_the_cursor_for_the_next_flush(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+    ) -> None:
+        """The rename fails once: nothing written, no temporary left, the next flush writes it."""
+        store = CursorStore(tmp_path / "state")
+        real_replace = os.replace
+        calls: list[str] = []
+
+        def replace(source: Any, target: Any) -> None:
+            calls.append(str(source))
+            if len(calls) == 1:
+                raise OSError(28, "No space left on device")
+            real_replace(source, target)
+
+        monkeypatch.setattr(os, "replace", replace)
+
+        async def flush() -> int:
+            return await store.flush() if how == "flush" else store.flush_sync()
+
+        store.mark(HOST, "s=x;i=7")
+        with capture_logs() as logs:
+            assert await flush() == 0
+        assert [e["event"] for e in logs] == ["cursor_save_failed"]
+        assert store.load(HOST) is None
+        assert _state_files(tmp_path / "state") == []
+        assert await flush() == 1
+        assert store.load(HOST) == "s=x;i=7"
+        assert _state_files(tmp_path / "state") == [f"{HOST}.cursor"]
+        assert await flush() == 0  # nothing pending any more

@@ -1,5 +1,6 @@
-"""Security: hostile config values run nothing, host keys are always checked, secrets never leak,
-the exporter listens on loopback by default.
+"""Security: hostile config values run nothing, host keys are checked (one explicit, loudly
+logged switch turns that off), secrets never leak, the exporter listens on loopback by default
+and serves TLS with basic auth when configured.
 
 Commands go through real shells: the in-process asyncssh server in ``shell=True`` mode runs
 each command with ``/bin/sh -c`` as sshd does, and ``TestOpenSsh`` uses a real OpenSSH sshd
@@ -13,8 +14,12 @@ import base64
 import contextlib
 import io
 import logging
+import os
 import shlex
 import socket
+import ssl
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -386,6 +391,113 @@ def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+def _get_https(
+    url: str, context: ssl.SSLContext, password: str | None, user: str = "prometheus"
+) -> tuple[int, bytes]:
+    """GET over HTTPS verifying with ``context``; HTTP errors are returned, not raised."""
+    request = urllib.request.Request(url)
+    if password is not None:
+        token = base64.b64encode(f"{user}:{password}".encode()).decode()
+        request.add_header("Authorization", f"Basic {token}")
+    opener = urllib.request.build_opener(
+        urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=context)
+    )
+    try:
+        with opener.open(request, timeout=10) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as error:
+        with error:
+            return error.code, error.read()
+
+
+def _status_cli(url: str, *args: str, password: str | None) -> subprocess.CompletedProcess[str]:
+    """``vllm-sentinel status --url URL ARGS…`` with the password in the environment only."""
+    env = {k: v for k, v in os.environ.items() if k != "VLLM_SENTINEL_PASSWORD"}
+    if password is not None:
+        env["VLLM_SENTINEL_PASSWORD"] = password
+    return subprocess.run(
+        [sys.executable, "-m", "vllm_sentinel", "status", "--url", url, *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.mark.integration
+class TestTlsAndBasicAuth:
+    """The real daemon configured with a web config (TLS + bcrypt users), read by real clients."""
+
+    @pytest.mark.asyncio
+    async def test_daemon_serves_https_with_basic_auth_and_status_reads_it(
+        self, tmp_path: Path, journal_writer: JournalWriter, tls_files: tuple[Path, Path]
+    ) -> None:
+        """/metrics: 401 without or with wrong credentials, 200 with them, over verified TLS;
+        plain HTTP gets no answer; ``status --cacert --user`` prints the unit."""
+        at = to_realtime_us(datetime.now(UTC))
+        journal_writer.write_and_flush([service_line(UNIT, "1" * 32, 4242, "hello", at)])
+        journal_writer.wait_until_readable(1)
+        cert_file, key_file = tls_files
+        hashed = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(rounds=4)).decode()
+        web = tmp_path / "web.yml"
+        web.write_text(  # relative file names: relative to the web config
+            f"tls_server_config:\n  cert_file: {cert_file.name}\n  key_file: {key_file.name}\n"
+            f"basic_auth_users:\n  prometheus: '{hashed}'\n"
+        )
+        port = _free_port()
+        config = parse_config(f"""
+[exporter]
+listen = "127.0.0.1:{port}"
+web_config_file = "{web}"
+[defaults]
+state_directory = "{tmp_path / "state"}"
+[[hosts]]
+name = "{HOST}"
+local = true
+units = ["{UNIT}"]
+journalctl_args = ["--directory={journal_writer.path.parent}"]
+gpu = "none"
+""")
+        url = f"https://127.0.0.1:{port}"
+        trusted = ssl.create_default_context(cafile=str(cert_file))
+        async with running_daemon(config):
+            assert (await asyncio.to_thread(_get_https, url + "/metrics", trusted, None))[0] == 401
+            wrong = await asyncio.to_thread(_get_https, url + "/metrics", trusted, "wrong")
+            assert wrong[0] == 401
+            deadline = time.monotonic() + 30
+            journal_up = None
+            while journal_up != 1 and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)  # poll interval, bounded by the deadline
+                code, body = await asyncio.to_thread(
+                    _get_https, url + "/metrics", trusted, PASSWORD
+                )
+                assert code == 200
+                samples = parse_metrics(body.decode())
+                journal_up = value(
+                    samples, "vllm_sentinel_collector_up", host=HOST, collector="journal"
+                )
+            assert journal_up == 1
+            with pytest.raises((urllib.error.URLError, ConnectionError)):  # TLS port, plain HTTP
+                await asyncio.to_thread(_get, f"http://127.0.0.1:{port}/metrics", PASSWORD)
+            ok = await asyncio.to_thread(
+                _status_cli, url, "--cacert", str(cert_file), "--user", "prometheus",
+                password=PASSWORD,
+            )  # fmt: skip
+            unauthorized = await asyncio.to_thread(
+                _status_cli, url, "--cacert", str(cert_file), password=None
+            )
+            untrusted = await asyncio.to_thread(
+                _status_cli, url, "--user", "prometheus", password=PASSWORD
+            )
+        assert ok.returncode == 0, ok.stderr
+        assert HOST in ok.stdout and UNIT in ok.stdout
+        assert unauthorized.returncode == 2 and "401" in unauthorized.stderr
+        assert untrusted.returncode == 2 and "certificate verification failed" in untrusted.stderr
+        for result in (ok, unauthorized, untrusted):
+            assert PASSWORD not in result.stdout + result.stderr
 
 
 class TestDefaultListenAddress:

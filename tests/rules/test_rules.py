@@ -120,7 +120,7 @@ class TestFastRules:
         slow = next(rule for rule in rules(fast) if rule.get("alert") == "VllmStartupSlow")
         assert "# fast" not in slow["expr"]
         assert re.search(r"\)\s*> 2\s+or", slow["expr"])
-        assert re.search(r"\)\s*> 5\s*$", slow["expr"])
+        assert re.search(r"\)\s*> 5\s*\)\s*and on", slow["expr"])
         assert "2 * (vllm_sentinel_unit_phase_duration_seconds > 0)" in slow["expr"]
         production = RULES_PATH.read_text(encoding="utf-8")
         assert "> 300  # fast: 2" in production and "> 1800  # fast: 5" in production

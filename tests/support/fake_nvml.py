@@ -9,14 +9,16 @@ read — moves to the next frame and stays on the last one when the script runs 
 ``[ramp_1, ramp_2, ramp_3, flat]`` reads as memory rising in steps, then flat. A frame is a
 tuple of ``FakeGpu`` or an NVML error, which that ``nvmlDeviceGetCount()`` raises.
 ``init_errors`` makes the first ``nvmlInit()`` calls fail in order; ``no_library()`` builds
-a fake on which every ``nvmlInit()`` fails like a host without a driver.
+a fake on which every ``nvmlInit()`` fails like a host without a driver. A ``FakeGpu``'s
+``errors`` make single per-device functions fail for that GPU only (a GPU that fell off the
+bus, a process list NVML refuses), while the other GPUs of the frame answer.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any, TypeAlias
 
@@ -30,7 +32,11 @@ GIB = 1 << 30
 
 @dataclass(frozen=True)
 class FakeGpu:
-    """One GPU in one frame; ``processes`` are (PID, bytes, or ``None`` if NVML can't tell)."""
+    """One GPU in one frame; ``processes`` are (PID, bytes, or ``None`` if NVML can't tell).
+
+    ``errors`` maps a pynvml function name (``"nvmlDeviceGetMemoryInfo"``) to the NVML error
+    that function raises for this GPU.
+    """
 
     uuid: str
     name: str | bytes
@@ -38,6 +44,7 @@ class FakeGpu:
     used_bytes: int
     processes: tuple[tuple[int, int | None], ...] = ()
     processes_supported: bool = True
+    errors: Mapping[str, pynvml.NVMLError] = field(default_factory=dict, hash=False)
 
 
 Frame: TypeAlias = tuple[FakeGpu, ...] | pynvml.NVMLError
@@ -117,21 +124,17 @@ class FakeNvml:
         return len(frame)
 
     def nvmlDeviceGetHandleByIndex(self, index: int) -> _Handle:
-        self._record("nvmlDeviceGetHandleByIndex")
-        self._gpu(_Handle(index))
+        self._gpu(_Handle(index), "nvmlDeviceGetHandleByIndex")
         return _Handle(index)
 
     def nvmlDeviceGetUUID(self, handle: _Handle) -> str:
-        self._record("nvmlDeviceGetUUID")
-        return self._gpu(handle).uuid
+        return self._gpu(handle, "nvmlDeviceGetUUID").uuid
 
     def nvmlDeviceGetName(self, handle: _Handle) -> str | bytes:
-        self._record("nvmlDeviceGetName")
-        return self._gpu(handle).name
+        return self._gpu(handle, "nvmlDeviceGetName").name
 
     def nvmlDeviceGetMemoryInfo(self, handle: _Handle, version: int | None = None) -> Any:
-        self._record("nvmlDeviceGetMemoryInfo")
-        gpu = self._gpu(handle)
+        gpu = self._gpu(handle, "nvmlDeviceGetMemoryInfo")
         if version is not None and not self.memory_v2:
             raise nvml_error("NVMLError_FunctionNotFound")
         free = gpu.total_bytes - gpu.used_bytes
@@ -142,8 +145,7 @@ class FakeNvml:
         )
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: _Handle) -> list[Any]:
-        self._record("nvmlDeviceGetComputeRunningProcesses")
-        gpu = self._gpu(handle)
+        gpu = self._gpu(handle, "nvmlDeviceGetComputeRunningProcesses")
         if not gpu.processes_supported:
             raise nvml_error("NVMLError_NotSupported")
         return [
@@ -171,9 +173,14 @@ class FakeNvml:
             return ()
         return self.frames[max(self.position, 0)]
 
-    def _gpu(self, handle: _Handle) -> FakeGpu:
+    def _gpu(self, handle: _Handle, function: str) -> FakeGpu:
+        """Record the call of ``function`` for ``handle``'s GPU and raise what it scripts."""
+        self._record(function)
         self._check_initialized()
         frame = self._frame()
         if isinstance(frame, BaseException) or not 0 <= handle.index < len(frame):
             raise nvml_error("NVMLError_InvalidArgument")
-        return frame[handle.index]
+        gpu = frame[handle.index]
+        if function in gpu.errors:
+            raise gpu.errors[function]
+        return gpu

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from vllm_sentinel.metrics import metrics_markdown_table
@@ -40,3 +41,19 @@ def test_markers_doc_matches_catalog() -> None:
         [sys.executable, str(script), "--check"], capture_output=True, text=True, check=False
     )
     assert result.returncode == 0, result.stderr
+
+
+def test_host_key_claims_name_the_insecure_switch() -> None:
+    """No doc says host keys are *always* verified without naming the switch that turns it off.
+
+    ``insecure_accept_any_host_key`` exists (default false, loudly logged), so "always" alone
+    would be wrong; the README's config example must show the switch next to ``known_hosts``.
+    """
+    always = re.compile(r"host keys? (?:are |is )?always (?:verified|checked)", re.IGNORECASE)
+    for doc in (README, README.parent / "docs" / "security.md"):
+        for number, line in enumerate(doc.read_text().splitlines(), start=1):
+            if always.search(line):
+                assert "insecure_accept_any_host_key" in line, f"{doc.name}:{number}: {line}"
+    example = README.read_text()
+    example = example[example.index("[[hosts]]") :]
+    assert "insecure_accept_any_host_key" in example[: example.index("```")]

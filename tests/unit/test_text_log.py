@@ -36,6 +36,24 @@ def _decode(data: bytes, **options: object) -> list:
             None,
         ),
         (
+            "vllm-1  | 2026-03-01T10:00:00.123456789Z (APIServer pid=1) INFO 06-07 08:54:54 [a.py:1] x",
+            "(APIServer pid=1) INFO 06-07 08:54:54 [a.py:1] x",
+            datetime(2026, 3, 1, 10, 0, 0, 123456, tzinfo=UTC),
+            None,
+        ),
+        (
+            "vllm-1  | 2026-03-01T10:00:00+01:00 INFO 06-07 08:54:54 [a.py:1] x",
+            "INFO 06-07 08:54:54 [a.py:1] x",
+            datetime(2026, 3, 1, 9, 0, 0, tzinfo=UTC),
+            None,
+        ),
+        (
+            "vllm-1  | 2026 was a good year",
+            "2026 was a good year",
+            None,
+            None,
+        ),
+        (
             "2024-06-28T06:11:52.685300953Z (LLMRayActor pid=20770) INFO 06-28 06:11:45 a.py:1] y",
             "(LLMRayActor pid=20770) INFO 06-28 06:11:45 a.py:1] y",
             datetime(2024, 6, 28, 6, 11, 52, 685300, tzinfo=UTC),
@@ -64,7 +82,8 @@ def _decode(data: bytes, **options: object) -> list:
 def test_wrapper_is_stripped(
     line: str, message: str, realtime: datetime | None, pid: int | None
 ) -> None:
-    """journald short (any month language), compose, RFC 3339, Docker UI and TorchServe wrappers."""
+    """journald short (any month language), compose (also with ``docker compose logs -t``'s
+    RFC 3339 stamp after it), RFC 3339, Docker UI and TorchServe wrappers."""
     (record,) = _decode(line.encode() + b"\n")
     assert (record.message, record.realtime, record.pid) == (message, realtime, pid)
 

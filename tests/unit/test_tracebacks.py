@@ -96,3 +96,51 @@ class TestAssembly:
         for _ in range(10_000):
             assembler.feed(999, '  File "x.py", line 1, in f', None, False)
         assert len(assembler._streams) <= 16
+
+
+class TestRestartedProcess:
+    """A restarted container reuses the PID of a process that died of a raw traceback."""
+
+    LOGO = ("", "       █     █     █▄   ▄█", " ▄▄ ▄█ █     █     █ ▀▄▀ █  version 0.22.1")
+
+    def test_logged_info_line_ends_a_raw_traceback(self) -> None:
+        """The new process's logo (INFO lines that start with blanks) is read, not swallowed."""
+        assembler = TracebackAssembler()
+        _feed(
+            assembler,
+            1,
+            ["Traceback (most recent call last):", "RuntimeError: Engine core init failed."],
+            level=None,
+            header=False,
+        )
+        consumed = [assembler.feed(1, line, "INFO", True)[0] for line in self.LOGO]
+        assert consumed == [True, False, False]  # the empty line says nothing either way
+        assert assembler._streams[1].context == self.LOGO[-1]
+
+    def test_logged_info_line_in_the_frames_of_a_raw_traceback(self) -> None:
+        """A raw traceback cut before its exception line does not swallow the logo either."""
+        assembler = TracebackAssembler()
+        _feed(
+            assembler,
+            1,
+            ["Traceback (most recent call last):", '  File "/usr/local/bin/vllm", line 10'],
+            level=None,
+            header=False,
+        )
+        assert not assembler.feed(1, self.LOGO[2], "INFO", True)[0]
+        consumed, event, _ = assembler.feed(1, "Warning: unauthenticated requests", None, False)
+        assert (consumed, event) == (False, None)  # not read as the old exception line
+
+    def test_continuations_of_an_exception_message_stay_consumed(self) -> None:
+        """Raw and ERROR-logged continuation lines still belong to the exception message."""
+        assembler = TracebackAssembler()
+        _feed(
+            assembler,
+            1,
+            ["Traceback (most recent call last):", "ValueError: first line"],
+            level=None,
+            header=False,
+        )
+        assert assembler.feed(1, "  second line", None, False)[0]
+        _feed(assembler, 2, ["Traceback (most recent call last):", "ValueError: first line"])
+        assert assembler.feed(2, "  second line", "ERROR", True)[0]

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+import json
+from datetime import UTC, datetime, timedelta
 
 from tests.support.records import T0, Journal
 from vllm_sentinel.causes import CrashCause
 from vllm_sentinel.phases import Outcome, Phase
+from vllm_sentinel.record import Record
+from vllm_sentinel.snapshot import IncarnationSnapshot
 from vllm_sentinel.tracker import UnitTracker
 
 A = "a" * 32
@@ -115,6 +118,42 @@ class TestIncarnations:
         assert dict(settled.crashes_total) == {CrashCause.DEPENDENCY_MISMATCH: 1}
         assert settled.starts_total == 2
 
+    def test_history_rebuilds_state_without_counting(self) -> None:
+        """``counting=False`` (history a restarted daemon reported before): incarnations, the
+        last crash and its cause are rebuilt, the counters are not; a crash counts when its end
+        is seen while counting."""
+        tracker = UnitTracker("vllm-kimi-k25.service", "llm-two", settle_seconds=30)
+        journal = Journal()
+        tracker.counting = False
+        _incident(tracker, journal, late=False, until=151)  # A crashes, B starts: history
+        tracker.counting = True
+        tracker.advance(T0 + timedelta(seconds=300))
+        snapshot = tracker.snapshot()
+        assert (snapshot.starts_total, dict(snapshot.crashes_total)) == (0, {})
+        assert snapshot.last_crash is not None
+        assert snapshot.last_crash.cause is CrashCause.DEPENDENCY_MISMATCH
+        # B's crash is seen live: its start was history, its crash counts
+        tracker.feed(journal.at(301).systemd("vllm-kimi-k25.service: Killed (OOM).", B))
+        tracker.feed(
+            journal.at(301).systemd(
+                "vllm-kimi-k25.service: Main process exited, code=killed, status=9/KILL", B
+            )
+        )
+        tracker.advance(T0 + timedelta(seconds=400))
+        assert tracker.snapshot().starts_total == 0
+        assert sum(tracker.snapshot().crashes_total.values()) == 1
+
+    def test_an_incarnation_met_midway_first_is_not_a_new_start(self) -> None:
+        """A restarted daemon resuming at its cursor meets the current incarnation midway (its
+        ``Started`` was before the cursor): not counted again; the next ``Started`` is."""
+        tracker = UnitTracker("vllm-kimi-k25.service", "llm-two")
+        journal = Journal()
+        tracker.feed(journal.at(10).line("INFO 11-28 23:36:21 [core.py:1] x", A, 7))
+        tracker.feed(journal.at(20).line("INFO 11-28 23:36:31 [core.py:1] y", B, 8))
+        assert tracker.snapshot().starts_total == 1  # B: a new invocation after one we know
+        tracker.feed(journal.at(30).systemd("Started vllm-kimi-k25.service - vLLM.", "c" * 32))
+        assert tracker.snapshot().starts_total == 2
+
     def test_text_banner_starts_a_new_incarnation(self) -> None:
         """Without journal fields, a second version banner after progress is a restart."""
         journal = Journal()
@@ -146,6 +185,22 @@ class TestPhases:
         ]:
             tracker.feed(journal.line(text, A))
         assert tracker.snapshot().current.phase is Phase.COMPILING  # type: ignore[union-attr]
+
+    def test_a_phase_line_from_the_past_keeps_the_timeline_forward(self) -> None:
+        """Processes' lines out of time order: a phase is never entered before the last one."""
+        tracker = UnitTracker("vllm", reference_year=2026)
+        _text(
+            tracker,
+            [
+                "(EngineCore_DP0 pid=7) INFO 05-27 11:47:50 [gpu_model_runner.py:1] Starting to "
+                "load model m...",
+                "(Worker_TP1 pid=9) INFO 05-27 11:47:45 [backends.py:430] Dynamo bytecode "
+                "transform time: 13.06 s",
+            ],
+        )
+        current = tracker.snapshot().current
+        assert current is not None and current.phase is Phase.COMPILING
+        assert _forward(current)
 
     def test_planned_stop_is_not_a_crash(self) -> None:
         """Stopping + SIGTERM traceback + exit 0 is a clean stop."""
@@ -285,3 +340,180 @@ class TestDeduplication:
         first, second = once.snapshot(T0), twice.snapshot(T0)
         assert first.incarnations == second.incarnations
         assert first.records_by_level == second.records_by_level
+
+
+def _text(tracker: UnitTracker, lines: list[str]) -> None:
+    """Feed lines as a pasted text log gives them: no journal fields, no record time."""
+    for line in lines:
+        tracker.feed(Record(line, unit="vllm"))
+
+
+def _forward(incarnation: IncarnationSnapshot) -> bool:
+    times = [entry.entered_at for entry in incarnation.phases]
+    return None not in times and times == sorted(times)  # type: ignore[type-var]
+
+
+_API = "(APIServer pid=1) "
+_ENGINE = "(EngineCore pid=111) "
+_RUN = [  # one docker run of vLLM 0.22 (logo on): banner, engine init, loading, ready
+    "WARNING {d} 08:54:54 [argparse_utils.py:257] With `vllm serve`, you should provide the model",
+    _API + "INFO {d} 08:54:54 [utils.py:344]",
+    _API + "INFO {d} 08:54:54 [utils.py:344]        █     █     █▄   ▄█",
+    _API + "INFO {d} 08:54:54 [utils.py:344]  ▄▄ ▄█ █     █     █ ▀▄▀ █  version 0.22.1",
+    _API + "INFO {d} 08:54:54 [utils.py:344]   █▄█▀ █     █     █     █  model   m",
+    _ENGINE + "INFO {d} 08:55:37 [core.py:112] Initializing a V1 LLM engine (v0.22.1) with "
+    "config: model='m', tensor_parallel_size=1",
+    _ENGINE + "INFO {d} 08:55:57 [gpu_model_runner.py:5037] Starting to load model m...",
+]
+_READY = [
+    _API + "INFO {d} 08:56:59 [api_server.py:596] Starting vLLM server on http://0.0.0.0:8020",
+    _API + "INFO:     Application startup complete.",
+]
+_CRASH = [
+    _ENGINE + "ERROR {d} 08:56:40 [core.py:1] EngineCore failed to start.",
+    _ENGINE + "ERROR {d} 08:56:40 [core.py:1] Traceback (most recent call last):",
+    _ENGINE + 'ERROR {d} 08:56:40 [core.py:1]   File "/x.py", line 1, in f',
+    _ENGINE + "ERROR {d} 08:56:40 [core.py:1] torch.OutOfMemoryError: CUDA out of memory.",
+    _API + "Traceback (most recent call last):",
+    _API + '  File "/usr/local/bin/vllm", line 10, in <module>',
+    _API + "    sys.exit(main())",
+    _API + "RuntimeError: Engine core initialization failed. See root cause above.",
+]
+
+
+def _run(lines: list[str], day: str) -> list[str]:
+    return [line.replace("{d}", day) for line in lines]
+
+
+class TestContainerRestart:
+    """``docker logs`` of a restarted container: no journal fields, the same PIDs again."""
+
+    def test_restart_after_a_raw_traceback_starts_a_new_incarnation(self) -> None:
+        """The logo after the dead API server's traceback (same PID 1) is a new start."""
+        tracker = UnitTracker("vllm", reference_year=2026)
+        _text(tracker, _run(_RUN + _CRASH, "06-07") + _run(_RUN + _READY, "06-08"))
+        first, second = tracker.snapshot().incarnations
+        assert first.crash is not None and first.crash.cause is CrashCause.CUDA_OOM
+        assert first.crash.phase is Phase.LOADING_WEIGHTS
+        assert second.outcome is Outcome.READY and second.vllm_version == "0.22.1"
+        assert second.started_at is not None and second.started_at.day == 8
+
+    def test_reused_pids_belong_to_the_new_incarnation(self) -> None:
+        """The engine's PID 111, owned by the dead incarnation, now speaks for the new one."""
+        tracker = UnitTracker("vllm", reference_year=2026)
+        _text(tracker, _run(_RUN + _CRASH, "06-07") + _run(_RUN + _READY, "06-08"))
+        first, second = tracker.snapshot().incarnations
+        assert [entry.phase for entry in second.phases] == [
+            Phase.STARTING,
+            Phase.INITIALIZING,
+            Phase.LOADING_WEIGHTS,
+            Phase.STARTING_API_SERVER,
+            Phase.READY,
+        ]
+        assert first.pids == (1, 111) and second.pids == (1, 111)
+        assert _forward(first) and _forward(second)
+
+    def test_the_same_log_twice_never_goes_back_in_time(self) -> None:
+        """A log pasted twice: the first run ends where its timeline ended, not earlier."""
+        tracker = UnitTracker("vllm", reference_year=2026)
+        _text(tracker, _run(_RUN + _READY, "06-07") * 2)
+        first, second = tracker.snapshot().incarnations
+        assert first.outcome is Outcome.CRASHED and second.outcome is Outcome.READY
+        assert first.ended_at == first.phases[-2].entered_at  # ready, not the rerun's banner
+        assert _forward(first) and _forward(second)
+
+
+def _json(time: str, level: str, process: str, pid: int, message: str, **extra: str) -> str:
+    fields = {"asctime": time, "levelname": level, "name": "vllm", "processName": process}
+    return json.dumps({**fields, "process": pid, "message": message, **extra})
+
+
+class TestJsonFormatter:
+    """vLLM 0.32+ ``--logging-config.formatter json``: one record per message, tracebacks inside."""
+
+    OOM = (
+        "Traceback (most recent call last):\n"
+        '  File "/vllm/v1/engine/core.py", line 1, in run_engine_core\n'
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
+    )
+
+    def _lines(self, time: str) -> list[str]:
+        return [
+            _json(
+                time + "00,123",
+                "INFO",
+                "APIServer",
+                1,
+                "vLLM server version 0.32.0, serving model m",
+            ),
+            _json(time + "10,123", "INFO", "EngineCore_DP0", 50, "Starting to load model m..."),
+            _json(
+                time + "20,123",
+                "ERROR",
+                "EngineCore_DP0",
+                50,
+                "EngineCore failed to start.",
+                exc_info=self.OOM,
+            ),
+        ]
+
+    def test_exc_info_traceback_gives_the_root_cause(self) -> None:
+        """The traceback in ``exc_info`` reaches the assembler: cuda_oom, not unknown."""
+        tracker = UnitTracker("vllm", reference_year=2026)
+        _text(tracker, self._lines("2026-05-01 10:00:"))
+        tracker.finish()
+        (incarnation,) = tracker.snapshot().incarnations
+        assert incarnation.crash is not None
+        assert incarnation.crash.cause is CrashCause.CUDA_OOM
+        assert incarnation.crash.exception == "torch.OutOfMemoryError"
+        assert incarnation.crash.message.startswith("CUDA out of memory.")
+        assert incarnation.crash.phase is Phase.LOADING_WEIGHTS
+
+    def test_asctime_is_the_time_of_a_text_line(self) -> None:
+        """A full-date ``asctime`` is the line's time (read as UTC, like vLLM's header)."""
+        tracker = UnitTracker("vllm")
+        _text(tracker, self._lines("2026-05-01 10:00:"))
+        tracker.finish()
+        (incarnation,) = tracker.snapshot().incarnations
+        start = datetime(2026, 5, 1, 10, 0, 0, 123000, tzinfo=UTC)
+        assert [entry.entered_at for entry in incarnation.phases] == [
+            start,
+            start + timedelta(seconds=10),
+            start + timedelta(seconds=20),
+        ]
+
+    def test_asctime_without_a_year_is_read_like_the_header(self) -> None:
+        """vLLM's own date format (``MM-DD HH:MM:SS``) takes the reference year."""
+        tracker = UnitTracker("vllm", reference_year=2026)
+        _text(tracker, [line.replace(",123", "") for line in self._lines("05-01 10:00:")])
+        (incarnation,) = tracker.snapshot().incarnations
+        assert incarnation.started_at == datetime(2026, 5, 1, 10, 0, 0, tzinfo=UTC)
+        assert incarnation.phase_entered_at == datetime(2026, 5, 1, 10, 0, 10, tzinfo=UTC)
+
+    def test_logo_record_is_a_start_banner(self) -> None:
+        """The logo is one multi-line record: its version line starts the incarnation."""
+        logo = "\n".join(
+            [
+                "",
+                "       █     █     █▄   ▄█",
+                " ▄▄ ▄█ █     █     █ ▀▄▀ █  version 0.32.0",
+                "  █▄█▀ █     █     █     █  model   Qwen/Qwen3-8B",
+                "   ▀▀  ▀▀▀▀▀ ▀▀▀▀▀ ▀     ▀",
+                "",
+            ]
+        )
+        tracker = UnitTracker("vllm", reference_year=2026)
+        _text(tracker, [_json("2026-05-01 10:00:00,123", "INFO", "APIServer", 1, logo)] * 2)
+        first, second = tracker.snapshot().incarnations
+        assert (first.vllm_version, first.model) == ("0.32.0", "Qwen/Qwen3-8B")
+        assert (second.vllm_version, second.model) == ("0.32.0", "Qwen/Qwen3-8B")
+
+    def test_record_time_wins_over_asctime(self) -> None:
+        """A journal record's own time stays the line's time."""
+        journal = Journal()
+        tracker = UnitTracker("u")
+        for seconds, line in zip((0, 5, 9), self._lines("2020-01-01 00:00:"), strict=True):
+            tracker.feed(journal.at(seconds).line(line, A))
+        (incarnation,) = tracker.snapshot().incarnations
+        assert incarnation.started_at == T0
+        assert incarnation.crash is None and incarnation.last_record_at == T0 + timedelta(seconds=9)

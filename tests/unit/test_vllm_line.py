@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from vllm_sentinel.vllm_line import LineKind, Role, collapse_carriage_returns, parse_line
@@ -84,6 +86,23 @@ class TestHeader:
             "Traceback (most recent call last):",
             "RuntimeError: x",
         ]
+        assert anatomy.stamp == "2026-05-01 10:00:00,123"
+
+    @pytest.mark.parametrize(
+        ("asctime", "stamp"),
+        [
+            ("05-01 10:00:00", "05-01 10:00:00"),  # vLLM's date format, as in the text header
+            ("05-01 10:00:00,123", "05-01 10:00:00"),
+            ("2026-05-01T10:00:00+02:00", "2026-05-01T10:00:00+02:00"),
+            ("10:00:00", None),
+            ("yesterday at ten", None),
+            (1777629600, None),
+        ],
+    )
+    def test_json_asctime_is_the_stamp(self, asctime: object, stamp: str | None) -> None:
+        """``asctime`` becomes the stamp: without a year like the header, or a full date."""
+        line = json.dumps({"asctime": asctime, "levelname": "INFO", "message": "m"})
+        assert parse_line(line).stamp == stamp
 
     def test_foreign_lines_pass_through(self) -> None:
         """NCCL, Ray and Python warnings come back untouched as raw lines."""

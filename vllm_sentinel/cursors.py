@@ -8,6 +8,9 @@ shutdown. One flush writes at a time: a flush waits for the one in flight (the p
 flush cancelled on shutdown keeps writing in its worker thread), and a write that fails keeps
 its cursors pending for the next flush. Re-applying records after a crash is harmless: the
 tracker ignores cursors it has already applied.
+
+A file holds the cursor, and after it ``unsettled_since=<µs>`` while a crash the Monitor
+applied is not counted yet (see ``load_unsettled_since``).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import os
 import re
 import tempfile
 import threading
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import structlog
@@ -25,6 +29,8 @@ import structlog
 __all__ = ["CursorStore"]
 
 _SAFE = re.compile(r"[^A-Za-z0-9_.:-]")
+_UNSETTLED = "unsettled_since="
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _log = structlog.get_logger("vllm_sentinel.cursors")
 
 
@@ -40,6 +46,7 @@ class CursorStore:
     def __init__(self, directory: str | os.PathLike[str]) -> None:
         self.directory = Path(directory)
         self._marked: dict[str, str] = {}
+        self._unsettled: dict[str, datetime | None] = {}
         self._dirty: set[str] = set()
         self._state_lock = threading.Lock()  # _marked and _dirty
         self._write_lock = threading.Lock()  # one writer of the files at a time
@@ -48,22 +55,41 @@ class CursorStore:
     def _path(self, host: str) -> Path:
         return self.directory / f"{_SAFE.sub('_', host)}.cursor"
 
+    def _lines(self, host: str) -> list[str]:
+        try:
+            return self._path(host).read_text(encoding="utf-8").splitlines()
+        except FileNotFoundError:
+            return []
+        except (OSError, UnicodeDecodeError) as error:
+            _log.warning("cursor_unreadable", host=host, error=str(error))
+            return []
+
     def load(self, host: str) -> str | None:
         """The stored cursor of ``host``, or ``None`` (none stored, or unreadable)."""
-        try:
-            text = self._path(host).read_text(encoding="utf-8").strip()
-        except FileNotFoundError:
-            return None
-        except OSError as error:
-            _log.warning("cursor_unreadable", host=host, error=str(error))
-            return None
-        return text or None
+        lines = self._lines(host)
+        return (lines[0].strip() or None) if lines else None
 
-    def mark(self, host: str, cursor: str) -> None:
-        """Remember ``cursor`` as applied for ``host`` (written at the next flush)."""
+    def load_unsettled_since(self, host: str) -> datetime | None:
+        """When the earliest crash still uncounted at the last save ended (UTC), or ``None``.
+
+        Its records are before the stored cursor, yet the next run must count the crash: the
+        run that saw it stopped before the crash settled (``UnitTracker`` counts a crash once
+        its cause is settled, ``settle_seconds`` after its end).
+        """
+        for line in self._lines(host)[1:]:
+            if line.startswith(_UNSETTLED) and line[len(_UNSETTLED) :].isdecimal():
+                micros = int(line[len(_UNSETTLED) :])
+                with contextlib.suppress(OverflowError):
+                    return _EPOCH + timedelta(microseconds=micros)
+        return None
+
+    def mark(self, host: str, cursor: str, unsettled_since: datetime | None = None) -> None:
+        """Remember ``cursor`` as applied for ``host`` (written at the next flush), and when
+        the earliest crash applied but not yet counted ended (``None``: no such crash)."""
         with self._state_lock:
-            if self._marked.get(host) != cursor:
+            if self._marked.get(host) != cursor or self._unsettled.get(host) != unsettled_since:
                 self._marked[host] = cursor
+                self._unsettled[host] = unsettled_since
                 self._dirty.add(host)
 
     def marked(self, host: str) -> str | None:
@@ -98,7 +124,7 @@ class CursorStore:
         """
         with self._write_lock:
             with self._state_lock:
-                pending = {host: self._marked[host] for host in self._dirty}
+                pending = {host: self._text(host) for host in self._dirty}
                 self._dirty.clear()
             if not pending:
                 return 0
@@ -111,16 +137,25 @@ class CursorStore:
                 return 0
             return len(pending)
 
+    def _text(self, host: str) -> str:
+        """The file's content: the cursor, then ``unsettled_since=<µs since the epoch>``."""
+        text = self._marked[host] + "\n"
+        unsettled = self._unsettled.get(host)
+        if unsettled is not None:
+            micros = (unsettled - _EPOCH) // timedelta(microseconds=1)
+            text += f"{_UNSETTLED}{micros}\n"
+        return text
+
     def _write_all(self, pending: dict[str, str]) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
-        for host, cursor in pending.items():
+        for host, text in pending.items():
             target = self._path(host)
             descriptor, temporary = tempfile.mkstemp(
                 prefix=f".{target.name}.", suffix=".tmp", dir=self.directory
             )
             try:
                 with open(descriptor, "w", encoding="utf-8") as stream:
-                    stream.write(cursor + "\n")
+                    stream.write(text)
                     stream.flush()
                     os.fsync(stream.fileno())
                 os.replace(temporary, target)

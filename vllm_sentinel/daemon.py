@@ -171,6 +171,7 @@ class Daemon:
         )
         self._queue: asyncio.Queue[Item] = asyncio.Queue(_QUEUE_SIZE)
         self._runners: dict[str, _HostRunner] = {}
+        self._reported_until: dict[str, datetime] = {}  # per host, for followers re-created
         self._stop = asyncio.Event()
         self._reload = asyncio.Event()
         self.http: ServerHandle | None = None
@@ -267,8 +268,12 @@ class Daemon:
             ),
             # after a reload, the cursor applied in this run (not yet flushed) is the newest
             cursor=self._cursors.marked(host.name) or self._cursors.load(host.name),
+            # ... but what counts as already reported stays what it was at the host's start
+            reported_until=self._reported_until.get(host.name),
+            unsettled_since=self._cursors.load_unsettled_since(host.name),
             clock=self._clock,
         )
+        self._reported_until.setdefault(host.name, follower.reported_until)
         reader: GpuReader | None = None
         if host.gpu is GpuBackend.NVML:
             reader = NvmlReader(host=host.name)

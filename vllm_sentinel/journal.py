@@ -200,6 +200,10 @@ class JournalFollower:
         transport: runs ``journalctl`` there.
         settings: units, extra arguments, bounds, backoff.
         cursor: the last applied cursor from the cursor store, if any.
+        reported_until: records written up to this time are history (their starts and crashes
+            are not counted); default: the cursor's time, or now without a cursor.
+        unsettled_since: from the cursor store: a crash that ended then was seen but not yet
+            counted by the last run; the default ``reported_until`` stops just before it.
         clock: returns the current time (UTC); injectable for tests.
         sleep: waits between reconnects; injectable for tests.
     """
@@ -211,6 +215,8 @@ class JournalFollower:
         settings: FollowerSettings,
         *,
         cursor: str | None = None,
+        reported_until: datetime | None = None,
+        unsettled_since: datetime | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
@@ -219,7 +225,11 @@ class JournalFollower:
         self._settings = settings
         self._cursor = cursor
         # The backfill's records up to here were reported by an earlier run: not counted again
-        self._reported_until = _reported_until(cursor, clock())
+        if reported_until is None:
+            reported_until = _reported_until(cursor, clock())
+            if unsettled_since is not None:  # a crash the last run saw but had not counted yet
+                reported_until = min(reported_until, unsettled_since - timedelta(microseconds=1))
+        self._reported_until = reported_until
         self._history_until: datetime | None = self._reported_until
         self._backfilled_units: set[str | None] = set()  # units the backfill met
         self._clock = clock
@@ -250,6 +260,13 @@ class JournalFollower:
     def skipped(self) -> dict[str, int]:
         """Records that could not be read, by reason (counter values)."""
         return dict(self._skipped)
+
+    @property
+    def reported_until(self) -> datetime:
+        """Records written up to this time (UTC) are history: their starts and crashes were
+        reported by an earlier run (the stored cursor's time) or happened before this daemon
+        started (no cursor). A follower re-created by a config reload is given the same."""
+        return self._reported_until
 
     def _set_state(self, up: bool, reason: str, detail: str = "") -> None:
         previous = self._state
@@ -500,10 +517,12 @@ class JournalFollower:
                 records=count,
                 detail="the follower continues from the last record read",
             )
+        after_main = self._history_until
         await self._backfill_quiet_units(emit, units, start)
         count = self._backfilled_records
         _log.info("journal_backfill_finished", host=self.host, records=count)
-        self._history_until = None
+        # Cut short, the backfill resumes in the follow stream: history may still come there
+        self._history_until = after_main if count >= settings.backfill_max_records else None
         await emit(JournalBatch(self.host, (), self._cursor, backfill=False))
         self._follow_since = start if self._cursor is None else None
 
@@ -620,20 +639,20 @@ class JournalFollower:
                     if backfill:
                         self._backfilled_records += len(records)
                         self._backfilled_units.update([record.unit for record in records])
-                        until = self._history_until
-                        if until is not None:
-                            split = _history_split(records, until)
-                            if split < len(records):
-                                self._history_until = None  # the rest is new
-                            if split:
-                                history = tuple(records[:split])
-                                records = records[split:]
-                                last = history[-1].cursor if records else cursor
-                                await emit(
-                                    JournalBatch(self.host, history, last, True, history=True)
-                                )
-                            if not records:
-                                continue
+                    until = self._history_until
+                    if until is not None:
+                        split = _history_split(records, until)
+                        if split < len(records):
+                            self._history_until = None  # the rest is new
+                        if split:
+                            history = tuple(records[:split])
+                            records = records[split:]
+                            last = cursor if keep_cursor or not records else history[-1].cursor
+                            await emit(
+                                JournalBatch(self.host, history, last, backfill, history=True)
+                            )
+                        if not records:
+                            continue
                     await emit(JournalBatch(self.host, tuple(records), cursor, backfill))
         if not self._state.up:
             self._set_state(True, "")

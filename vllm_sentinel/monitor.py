@@ -230,7 +230,7 @@ class Monitor:
             host.trackers.feed_many(item.records)
             self.applied_records_total += len(item.records)
             if item.cursor is not None and self._cursors is not None:
-                self._cursors.mark(item.host, item.cursor)
+                self._cursors.mark(item.host, item.cursor, self._unsettled_since(host))
         elif isinstance(item, GpuSample):
             self._apply_gpu(item)
         elif isinstance(item, GpuDown):
@@ -240,12 +240,23 @@ class Monitor:
                 host.published = None
                 host.decorated.clear()
         else:
-            for host in self._hosts.values():
+            for name, host in self._hosts.items():
                 if host.backfilling:
                     continue  # late lines of backfilled crashes may still be on their way
+                settled = False
                 for tracker in host.trackers:
                     if tracker.advance(item.at):
                         host.published = None  # a crash settled
+                        settled = True
+                cursor = self._cursors.marked(name) if settled and self._cursors else None
+                if cursor is not None and self._cursors is not None:
+                    self._cursors.mark(name, cursor, self._unsettled_since(host))
+
+    @staticmethod
+    def _unsettled_since(host: _Host) -> datetime | None:
+        """The earliest end of a crash of ``host`` that is applied but not counted yet."""
+        ends = [end for tracker in host.trackers if (end := tracker.unsettled_since())]
+        return min(ends) if ends else None
 
     def _apply_gpu(self, sample: GpuSample) -> None:
         host = self._hosts.get(sample.host)

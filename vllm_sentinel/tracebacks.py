@@ -100,6 +100,11 @@ class TracebackAssembler:
             stream = self._streams[key] = _Stream()
         return stream
 
+    def reset(self) -> None:
+        """Forget every stream: the processes that wrote them are gone (a new process started
+        in their place, as after a container restart that reuses the PIDs)."""
+        self._streams.clear()
+
     def context_of(self, key: object) -> str | None:
         """The last plain line the stream printed (what a traceback would be about)."""
         stream = self._streams.get(key)
@@ -142,11 +147,12 @@ class TracebackAssembler:
         state = stream.state
         if state is _State.FRAMES:
             if not body or body[0] in " \t" or body.startswith("[Previous line repeated"):
-                if not (body and has_header and level in _QUIET_LEVELS and not stream.logged):
-                    return True, None, False
-                # A logged INFO line (a new process's logo) never belongs to a raw traceback.
-                stream.state = _State.IDLE
-                return self._idle(key, stream, body, level, has_header)
+                if body and has_header and level in _QUIET_LEVELS:
+                    # A logged INFO/DEBUG/WARNING line is never a frame, even indented (a dict
+                    # dump, a new process's logo): not ours, and the traceback goes on. A new
+                    # process (banner) makes the caller ``reset`` the streams.
+                    return False, None, False
+                return True, None, False
             if has_header and level not in _ERROR_LEVELS:
                 return False, None, False  # another thread's log line in between: not ours
             found = _EXCEPTION_LINE.match(body)

@@ -481,6 +481,7 @@ class UnitTracker:
         ):
             incarnation = self._start_incarnation(None, time)
             self._release_pids(incarnation)
+            self._tracebacks.reset()  # the old processes' tracebacks end with them
         self.records_by_level[self._level_names.get(level, "none") if level else "none"] += 1
         if kind is not LineKind.RAW or consumed or found is not None or line_pid is not None:
             self.recognized_lines += 1  # vLLM's shape: a header, prefix, marker or traceback
@@ -828,8 +829,10 @@ class UnitTracker:
         if incarnation.phase in _STARTUP:
             if uncaught and exception.in_traceback and line_kind is LineKind.RAW:
                 self._end(incarnation, Outcome.CRASHED, time)
-            elif incarnation.fatal_pending_at is None:
-                incarnation.fatal_pending_at = time
+            elif incarnation.fatal_pending_at is None and not context.startswith(
+                _NOT_PROCESS_DEATH
+            ):
+                incarnation.fatal_pending_at = time  # a thread's exception kills no process
         elif (
             uncaught
             and role in (None, Role.API_SERVER, Role.MAIN)
@@ -889,6 +892,7 @@ class UnitTracker:
             incarnation.furthest = phase
         if phase is Phase.READY:
             incarnation.outcome = Outcome.READY
+            incarnation.fatal_pending_at = None  # it became ready after the error: survived
             if incarnation.started_at is not None and time is not None:
                 self._startup_duration = max(0.0, (time - incarnation.started_at).total_seconds())
 
@@ -943,6 +947,11 @@ class UnitTracker:
         incarnation.settled = True
         if incarnation.counted:
             self.crashes_total[self._crash_info(incarnation).cause] += 1
+
+    def unsettled_since(self) -> datetime | None:
+        """When the earliest crash that will count but is not counted yet ended (UTC)."""
+        ends = [i.ended_at for i in self._unsettled if i.counted and i.ended_at is not None]
+        return min(ends) if ends else None
 
     def current_pids(self) -> tuple[int, ...]:
         """PIDs the journal showed for the current incarnation (GPU attribution fallback)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import orjson
 import pytest
 from structlog.testing import capture_logs
 
-from tests.support.daemon import current_phase, local_config, running_daemon, value
+from tests.support.daemon import current_phase, free_port, local_config, running_daemon, value
 from tests.support.journal_writer import (
     MESSAGE_ID_STARTED,
     JournalWriter,
@@ -17,6 +18,7 @@ from tests.support.journal_writer import (
     service_line,
     to_realtime_us,
 )
+from vllm_sentinel.config import load_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 
@@ -463,3 +465,141 @@ async def test_a_unit_quiet_for_longer_than_the_window_keeps_its_state(
     ) == pytest.approx((clock.base + timedelta(seconds=60)).timestamp())
     (quiet,) = [e for e in logs if e["event"] == "journal_backfill_quiet_unit"]
     assert quiet["unit"] == idle
+
+
+async def test_a_backfill_cut_short_keeps_history_uncounted(
+    journal_writer: JournalWriter, tmp_path: Path
+) -> None:
+    """More history than ``backfill_max_records`` before the stored cursor: the rest arrives in
+    the follow stream, and is still history (not counted as if it happened now)."""
+    clock = Clock(timedelta(hours=2))
+    access = '(APIServer pid=7) INFO:     10.0.0.1:1 - "POST /v1/completions HTTP/1.1" 200 OK'
+    exited = f"{UNIT}: Main process exited, code=exited, status=1/FAILURE"
+    written = [
+        manager_line(UNIT, A, f"Started {UNIT}.", MESSAGE_ID_STARTED, clock.us(0)),
+        *(service_line(UNIT, A, 7, access, clock.us(1 + i / 100)) for i in range(50)),
+        manager_line(UNIT, A, exited, None, clock.us(100)),
+        manager_line(UNIT, B, f"Started {UNIT}.", MESSAGE_ID_STARTED, clock.us(110)),
+        service_line(
+            UNIT,
+            B,
+            8,
+            "INFO 11-29 10:00:21 [gpu_model_runner.py:1] Starting to load model m...",
+            clock.us(120),
+        ),
+    ]
+    journal_writer.write_and_flush(written)
+    last = orjson.loads(journal_writer.wait_until_readable(len(written))[-1])["__CURSOR"]
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "llm-two.cursor").write_text(last + "\n")  # the last run reported all of it
+    config = local_config(journal_writer.path.parent, state, extra="backfill_max_records = 20")
+    with capture_logs() as logs:
+        async with running_daemon(config) as daemon:
+            samples = await daemon.wait_for(
+                lambda s: (
+                    current_phase(s, UNIT) == "loading_weights"
+                    and value(s, "vllm_sentinel_unit_last_crash_info", unit=UNIT, cause="unknown")
+                    == 1
+                ),
+                what="A crashed and B loading, from history",
+            )
+    assert [e for e in logs if e["event"] == "journal_backfill_truncated"]
+    assert value(samples, "vllm_sentinel_unit_starts_total", unit=UNIT) == 0
+    assert sum(v for (n, _), v in samples.items() if n == "vllm_sentinel_unit_crashes_total") == 0
+
+
+async def test_a_reload_keeps_what_counts_as_history(
+    journal_writer: JournalWriter, tmp_path: Path
+) -> None:
+    """A host whose journal directory was wrong at start and is fixed by a reload: what was
+    written after the daemon started is counted (the reload does not move the boundary)."""
+    clock = Clock(timedelta(0))
+    journal_writer.write_and_flush(
+        [service_line("sshd.service", "9" * 32, 77, "Accepted publickey", clock.us(-60))]
+    )
+    journal_writer.wait_until_readable(1)
+    path = tmp_path / "sentinel.toml"
+    state = tmp_path / "state"
+    port = free_port()
+
+    def write_config(directory: Path) -> None:
+        path.write_text(
+            f"""
+[exporter]
+listen = "127.0.0.1:{port}"
+[defaults]
+state_directory = "{state}"
+cursor_flush_interval_seconds = 0.2
+[[hosts]]
+name = "llm-two"
+local = true
+units = ["{UNIT}"]
+journalctl_args = ["--directory={directory}"]
+gpu = "none"
+"""
+        )
+
+    write_config(tmp_path / "typo")
+    async with running_daemon(load_config(path), path) as daemon:
+        journal_writer.write_and_flush(
+            [
+                manager_line(UNIT, A, f"Started {UNIT}.", MESSAGE_ID_STARTED, clock.us(0.5)),
+                manager_line(
+                    UNIT,
+                    A,
+                    f"{UNIT}: Main process exited, code=exited, status=1/FAILURE",
+                    None,
+                    clock.us(1),
+                ),
+                manager_line(UNIT, B, f"Started {UNIT}.", MESSAGE_ID_STARTED, clock.us(62)),
+            ]
+        )
+        journal_writer.wait_until_readable(4)
+        await asyncio.sleep(2.5)  # the reload comes well after A's records were written
+        write_config(journal_writer.path.parent)
+        assert await daemon.daemon.reload()
+        samples = await daemon.wait_for(
+            lambda s: value(s, "vllm_sentinel_unit_crashes_total", unit=UNIT, cause="unknown") == 1,
+            what="the crash written after the start, counted",
+        )
+        assert value(samples, "vllm_sentinel_unit_starts_total", unit=UNIT) == 2
+
+
+async def test_a_crash_not_yet_counted_at_shutdown_is_counted_after_the_restart(
+    journal_writer: JournalWriter, tmp_path: Path
+) -> None:
+    """The daemon stops seconds after a crash, before it settled (and counted): the cursor
+    file says since when a crash is pending, and the next run counts it, once."""
+    clock = Clock(timedelta(0))
+    journal_writer.write_and_flush(
+        [service_line("sshd.service", "9" * 32, 77, "Accepted publickey", clock.us(-60))]
+    )
+    journal_writer.wait_until_readable(1)
+    config = local_config(journal_writer.path.parent, tmp_path / "state", units=f'["{UNIT}"]')
+    exited = f"{UNIT}: Main process exited, code=exited, status=1/FAILURE"
+    async with running_daemon(config) as daemon:
+        journal_writer.write_and_flush(
+            [
+                manager_line(UNIT, A, f"Started {UNIT}.", MESSAGE_ID_STARTED, clock.us(1)),
+                manager_line(UNIT, A, exited, None, clock.us(2)),
+            ]
+        )
+        samples = await daemon.wait_for(
+            lambda s: current_phase(s, UNIT) == "crashed", what="crashed, not settled yet"
+        )
+        assert value(samples, "vllm_sentinel_unit_crashes_total", unit=UNIT, cause="unknown") == 0
+    stored = (tmp_path / "state" / "llm-two.cursor").read_text().splitlines()
+    assert len(stored) == 2 and stored[1].startswith("unsettled_since=")
+    # while the daemon is down, systemd restarts the unit (log time moves past the settling)
+    journal_writer.write_and_flush(
+        [manager_line(UNIT, B, f"Started {UNIT}.", MESSAGE_ID_STARTED, clock.us(45))]
+    )
+    journal_writer.wait_until_readable(4)
+    async with running_daemon(config) as daemon:
+        samples = await daemon.wait_for(
+            lambda s: value(s, "vllm_sentinel_unit_crashes_total", unit=UNIT, cause="unknown") == 1,
+            what="the crash counted by the next run",
+        )
+        assert value(samples, "vllm_sentinel_unit_starts_total", unit=UNIT) == 1  # B only
+    assert len((tmp_path / "state" / "llm-two.cursor").read_text().splitlines()) == 1

@@ -128,8 +128,28 @@ class TestRestartedProcess:
             header=False,
         )
         assert not assembler.feed(1, self.LOGO[2], "INFO", True)[0]
+        assembler.reset()  # what the tracker does when that banner starts a new incarnation
         consumed, event, _ = assembler.feed(1, "Warning: unauthenticated requests", None, False)
         assert (consumed, event) == (False, None)  # not read as the old exception line
+
+    def test_an_indented_logged_line_inside_a_raw_traceback_does_not_end_it(self) -> None:
+        """Another thread's DEBUG dict dump between the frames: passed on, the traceback goes
+        on to its exception line with its context (a thread exception stays one)."""
+        assembler = TracebackAssembler()
+        _feed(
+            assembler,
+            1,
+            ["Exception in thread Thread-3:", "Traceback (most recent call last):",
+             '  File "/usr/lib/python3.12/threading.py", line 1075, in _bootstrap_inner'],
+            level=None,
+            header=False,
+        )  # fmt: skip
+        assert not assembler.feed(1, '  "max_num_seqs": 256,', "DEBUG", True)[0]
+        assert assembler.feed(1, "    self.run()", None, False)[0]
+        consumed, event, _ = assembler.feed(1, "RuntimeError: boom", None, False)
+        assert consumed and event is not None
+        assert (event.exception, event.message) == ("RuntimeError", "boom")
+        assert "Exception in thread" in event.context
 
     def test_continuations_of_an_exception_message_stay_consumed(self) -> None:
         """Raw and ERROR-logged continuation lines still belong to the exception message."""

@@ -289,7 +289,10 @@ class Daemon:
             host.name, "journal", lambda: runner.follower.state, lambda: runner.follower.skipped
         )
         if runner.poller is not None:
-            self.monitor.register_collector(host.name, "gpu", lambda: _gpu_state(runner))
+            poller = runner.poller
+            self.monitor.register_collector(
+                host.name, "gpu", lambda: _gpu_state(runner), poller.skipped
+            )
         runner.task = asyncio.create_task(self._supervise(runner), name=f"host-{host.name}")
 
     async def _supervise(self, runner: _HostRunner) -> None:

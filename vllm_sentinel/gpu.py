@@ -93,6 +93,11 @@ def _utc_now() -> datetime:
     return datetime.now(UTC)
 
 
+def _error_name(name: str) -> str:
+    """``NVMLError_GpuIsLost`` → ``GpuIsLost`` (a bounded set: pynvml's error classes)."""
+    return name.removeprefix("NVMLError_")[:64]
+
+
 class GpuReader(Protocol):
     """Reads every GPU of one host once per call."""
 
@@ -102,6 +107,10 @@ class GpuReader(Protocol):
 
     async def close(self) -> None:
         """Release what the reader holds (NVML, connections are the transport's)."""
+        ...
+
+    def skipped(self) -> dict[str, int]:
+        """What could not be read so far, by reason (counter values; ``gpu_`` prefixed)."""
         ...
 
 
@@ -164,6 +173,15 @@ class NvmlReader:
 
     async def close(self) -> None:
         await asyncio.to_thread(self._shutdown_blocking)
+
+    def skipped(self) -> dict[str, int]:
+        """GPUs left out of readings (``gpu_device_<NVML error>``) and process lists left out
+        (``gpu_processes_<NVML error>``), e.g. ``gpu_device_GpuIsLost``."""
+        devices = dict(self.devices_skipped)  # one C-level copy: safe against the NVML thread
+        processes = dict(self.process_lists_skipped)
+        counts = {f"gpu_device_{_error_name(k)}": v for k, v in devices.items()}
+        counts.update({f"gpu_processes_{_error_name(k)}": v for k, v in processes.items()})
+        return counts
 
     def _read_blocking(self) -> tuple[tuple[GpuDevice, ...], tuple[GpuProcess, ...]]:
         nvml = self._nvml
@@ -326,6 +344,10 @@ class NvidiaSmiReader:
     async def close(self) -> None:
         return None
 
+    def skipped(self) -> dict[str, int]:
+        """nvidia-smi CSV lines that could not be read: ``gpu_line_<reason>``."""
+        return {f"gpu_line_{reason}": count for reason, count in self.lines_skipped.items()}
+
 
 class CgroupReader:
     """``/proc/PID/cgroup`` of many processes, from this machine or through a transport.
@@ -469,6 +491,10 @@ class GpuPoller:
     def state(self) -> CollectorState:
         """The collector's health now (a frozen value, replaced on every change)."""
         return self._state
+
+    def skipped(self) -> dict[str, int]:
+        """The reader's skip counts by reason (``GpuReader.skipped``)."""
+        return self._reader.skipped()
 
     async def run(self, emit: Callable[[GpuReading], Awaitable[None]]) -> None:
         """Read, emit, pause, forever; failed reads are retried with backoff."""

@@ -494,7 +494,8 @@ METRICS: tuple[MetricDefinition, ...] = (
     MetricDefinition(
         "vllm_sentinel_records_skipped_total",
         _C,
-        "Journal records of the host that could not be read, by reason.",
+        "Records of the host that could not be read, by reason: journal entries, and GPU "
+        "data (gpu_line_*, gpu_device_*, gpu_processes_*).",
         ("host", "reason"),
         _records_skipped,
     ),

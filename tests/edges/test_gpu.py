@@ -292,6 +292,11 @@ class TestNvmlReader:
         assert logs[2]["uuid"] == UUID_1
         assert reader.devices_skipped == {"NVMLError_GpuIsLost": 3}
         assert reader.process_lists_skipped == {"NVMLError_NoPermission": 2}
+        # what /metrics shows as vllm_sentinel_records_skipped_total{reason}
+        assert reader.skipped() == {
+            "gpu_device_GpuIsLost": 3,
+            "gpu_processes_NoPermission": 2,
+        }
 
     @needs_no_nvml
     @pytest.mark.asyncio
@@ -703,6 +708,7 @@ class TestNvidiaSmiReader:
         reading = await reader.read()
         assert [device.index for device in reading.devices] == [0]
         assert reader.lines_skipped == {"not_available": 1}
+        assert reader.skipped() == {"gpu_line_not_available": 1}
 
     @pytest.mark.asyncio
     async def test_no_driver_is_a_collector_error(self, tmp_path: Path) -> None:

@@ -469,7 +469,14 @@ class TestHostDown:
                             "name": "NVIDIA H200",
                             "memory.used": 1000,
                             "memory.total": 143771,
-                        }
+                        },
+                        {  # a GPU nvidia-smi cannot read: skipped, counted, exported
+                            "index": 1,
+                            "uuid": "GPU-1",
+                            "name": "NVIDIA GB10",
+                            "memory.used": "[N/A]",
+                            "memory.total": "[N/A]",
+                        },
                     ],
                     "apps": [],
                 }
@@ -510,6 +517,10 @@ class TestHostDown:
                     lambda s: all_up(s) and current_phase(s, UNIT) == "loading_weights",
                     what="up and loading",
                 )
+                skipped = value(
+                    samples, "vllm_sentinel_records_skipped_total", reason="gpu_line_not_available"
+                )
+                assert skipped is not None and skipped >= 1
                 proxy.blackhole()
                 start = time.monotonic()
                 samples = await daemon.wait_for(

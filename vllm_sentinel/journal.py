@@ -14,8 +14,10 @@ SSH channel on the host's shared connection):
    its latest ``Started`` up to the window, so that it is not absent after a restart. Records
    up to the stored cursor (or, without one, up to the daemon's start) are marked
    ``history``: they rebuild the state without counting starts and crashes again.
-3. **Follow.** ``journalctl -o json -a -f --cursor=<last>`` (systemd ≥ 250 limits
-   ``--follow`` to the current boot, which is what following means).
+3. **Follow.** ``journalctl -o json -a -f --cursor=<last>``. systemd ≥ 250 limits ``--follow``
+   to the newest boot in what it reads: right for a machine's own journal, wrong for files
+   named with ``--directory``/``--file`` (a journal-remote directory holds several machines,
+   each with its own boots), where ``--merge`` is added to lift it.
 
 Every chunk is decoded (``JournalJsonDecoder``: bytes, never strict UTF-8) and handed over as a
 ``JournalBatch`` with the last cursor; the Monitor applies it and marks the cursor. When the
@@ -107,6 +109,9 @@ class FollowerSettings:
     unit_discovery_interval_seconds: float = 30.0
 
 
+_FILE_OPTIONS = ("--directory", "-D", "--file", "--root", "--image")
+
+
 def build_journalctl_argv(
     units: Sequence[str],
     extra_args: Sequence[str] = (),
@@ -142,6 +147,11 @@ def build_journalctl_argv(
     argv.extend(f"--unit={unit}" for unit in units)
     if follow:
         argv.append("--follow")
+        if any(arg.startswith(_FILE_OPTIONS) for arg in extra_args):
+            # systemd ≥ 250: --follow implies --boot (the newest boot in what is read) unless
+            # --merge; journal files of other machines (a journal-remote directory) or of an
+            # earlier boot would be skipped. --merge adds nothing when files are named.
+            argv.append("--merge")
     if cursor is not None:
         argv.append(f"--cursor={cursor}")
     elif after_cursor is not None:

@@ -42,6 +42,7 @@ from vllm_sentinel.tracker import TrackerSet, UnitTracker
 
 __all__ = ["GpuDown", "GpuSample", "HostPlan", "Monitor", "Tick"]
 
+_Ident = tuple[str | None, datetime | None]
 _log = structlog.get_logger("vllm_sentinel.monitor")
 
 
@@ -136,7 +137,8 @@ class Monitor:
         self._settle_seconds = settle_seconds
         self._publish_interval = publish_interval_seconds
         self._hosts: dict[str, _Host] = {}
-        self._previous: dict[tuple[str, str], tuple[str | None, Phase, Outcome]] = {}
+        # per unit: the incarnation last logged (id, start), how many of its phases, the last
+        self._previous: dict[tuple[str, str], tuple[_Ident, int, Phase]] = {}
         self._counted: dict[tuple[str, str], int] = {}
         self._stalled: dict[tuple[str, str], str | None] = {}  # invocation id while stalled
         self.applied_records_total = 0
@@ -383,6 +385,9 @@ class Monitor:
         for host in snapshot.hosts:
             if rebuilt is not None and host.host not in rebuilt:
                 continue  # the same tracker snapshots as last time: nothing new to log
+            entry = self._hosts.get(host.host)
+            if entry is not None and entry.backfilling:
+                continue  # history: its phase changes are not news (the end logs the state)
             for unit in host.units:
                 counted = sum(unit.crashes_total.values())
                 key = (host.host, unit.unit)
@@ -405,20 +410,42 @@ class Monitor:
                 if current is None:
                     continue
                 self._log_stall(host.host, unit, current)
-                state = (current.id, current.phase, current.outcome)
-                previous = self._previous.get(key)
-                if previous == state:
-                    continue
-                self._previous[key] = state
-                _log.info(
-                    "unit_phase_changed",
-                    host=host.host,
-                    unit=unit.unit,
-                    invocation_id=current.id,
-                    phase=current.phase.value,
-                    previous_phase=previous[1].value if previous else None,
-                    stalled=unit.stalled,
+                self._log_phases(host.host, unit, current)
+
+    def _log_phases(self, host: str, unit: UnitSnapshot, current: IncarnationSnapshot) -> None:
+        """One ``unit_phase_changed`` event per phase entered since the last publish, the
+        end of the incarnation before included; the first sight of a unit (after the
+        backfill) is one event with its current phase."""
+        key = (host, unit.unit)
+        ident = (current.id, current.started_at)
+        previous = self._previous.get(key)
+        if previous is None:
+            entries = [(current, current.phases[-1])] if current.phases else []
+            last: Phase | None = None
+        else:
+            (old_ident, logged, last) = previous
+            if old_ident == ident:
+                entries = [(current, entry) for entry in current.phases[logged:]]
+            else:
+                old = next(
+                    (i for i in unit.incarnations if (i.id, i.started_at) == old_ident), None
                 )
+                entries = [(old, entry) for entry in old.phases[logged:]] if old else []
+                entries += [(current, entry) for entry in current.phases]
+        for incarnation, entry in entries:
+            _log.info(
+                "unit_phase_changed",
+                host=host,
+                unit=unit.unit,
+                invocation_id=incarnation.id,
+                phase=entry.phase.value,
+                previous_phase=last.value if last is not None else None,
+                entered_at=iso_utc(entry.entered_at),
+                stalled=unit.stalled if incarnation is current else False,
+            )
+            last = entry.phase
+        if current.phases:
+            self._previous[key] = (ident, len(current.phases), current.phases[-1].phase)
 
     def _log_stall(self, host: str, unit: UnitSnapshot, current: IncarnationSnapshot) -> None:
         """One event when a unit becomes stalled, one when it moves again (not per publish)."""

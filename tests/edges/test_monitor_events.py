@@ -122,3 +122,56 @@ def test_a_stall_is_logged_once_when_it_begins_and_once_when_it_clears() -> None
     assert len(_events(logs, "unit_stalled")) == 1
     (unit,) = monitor.latest.hosts[0].units
     assert not unit.stalled
+
+
+def _phase_events(logs: list[dict[str, Any]]) -> list[tuple[str, str, str | None]]:
+    return [
+        (event["invocation_id"], event["phase"], event["previous_phase"])
+        for event in _events(logs, "unit_phase_changed")
+    ]
+
+
+def test_every_phase_change_is_an_event_however_records_are_batched() -> None:
+    """One batch or one record at a time: the same events, one per phase entered, in order."""
+    records = [r for r in _records() if r.realtime is not None and r.realtime <= LOADING]
+    thresholds = {phase: 3600.0 for phase in Phase}
+    one_by_one = Monitor([HostPlan(HOST, (UNIT,), thresholds)], clock=_Clock(LOADING))
+    with capture_logs() as slow:
+        for record in records:
+            one_by_one.apply(JournalBatch(HOST, (record,), record.cursor))
+            one_by_one.publish()
+    at_once = Monitor([HostPlan(HOST, (UNIT,), thresholds)], clock=_Clock(LOADING))
+    with capture_logs() as fast:
+        at_once.apply(JournalBatch(HOST, records[:1], records[0].cursor))  # first sight
+        at_once.publish()
+        at_once.apply(JournalBatch(HOST, tuple(records[1:]), records[-1].cursor))
+        at_once.publish()
+    assert _phase_events(fast) == _phase_events(slow)
+    phases = [phase for _, phase, _ in _phase_events(slow)]
+    assert phases == [
+        "starting", "initializing", "loading_weights", "crashed",
+        "starting", "initializing", "loading_weights",
+    ]  # fmt: skip
+    assert all(
+        previous == phases[index - 1]
+        for index, (_, _, previous) in enumerate(_phase_events(slow))
+        if index
+    )
+
+
+def test_history_is_not_logged_and_its_end_logs_each_unit_once() -> None:
+    """Backfilled records log no phase changes; the end of the backfill logs each unit's
+    current phase once (``previous_phase`` None: the sentinel's first sight of it)."""
+    records = [r for r in _records() if r.realtime is not None and r.realtime <= LOADING]
+    monitor = Monitor([HostPlan(HOST, (UNIT,))], clock=_Clock(LOADING))
+    with capture_logs() as logs:
+        for record in records:
+            monitor.apply(JournalBatch(HOST, (record,), record.cursor, True, history=True))
+            monitor.publish()
+        assert _phase_events(logs) == []
+        monitor.apply(JournalBatch(HOST, (), records[-1].cursor, backfill=False))
+        monitor.publish()
+    ((invocation, phase, previous),) = _phase_events(logs)
+    assert (phase, previous) == ("loading_weights", None)
+    assert invocation == records[-1].invocation_id
+    assert _events(logs, "unit_crashed") == []  # history: the first crash was not counted

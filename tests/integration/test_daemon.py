@@ -603,3 +603,52 @@ async def test_a_crash_not_yet_counted_at_shutdown_is_counted_after_the_restart(
         )
         assert value(samples, "vllm_sentinel_unit_starts_total", unit=UNIT) == 1  # B only
     assert len((tmp_path / "state" / "llm-two.cursor").read_text().splitlines()) == 1
+
+
+async def test_a_directory_of_several_machines_is_followed_whole(
+    journal_writer: JournalWriter, journal_remote: str, tmp_path: Path
+) -> None:
+    """A journal-remote directory holds the files of several machines, each with its own boot:
+    the unit of the machine that did not boot last is followed live too (systemd ≥ 250's
+    ``--follow`` would keep to the newest boot without ``--merge``)."""
+    clock = Clock(timedelta(0))
+    other = "vllm-other.service"
+    config = local_config(
+        journal_writer.path.parent, tmp_path / "state", units=f'["{UNIT}", "{other}"]'
+    )
+    journal_writer.write_and_flush(
+        [manager_line(UNIT, A, f"Started {UNIT}.", MESSAGE_ID_STARTED, clock.us(0))]
+    )
+    journal_writer.wait_until_readable(1)
+    with JournalWriter(journal_writer.path.parent, "newer-boot", binary=journal_remote) as newer:
+        newer.write_and_flush(
+            [
+                manager_line(
+                    other, B, f"Started {other}.", MESSAGE_ID_STARTED, clock.us(1),
+                    boot_id="e" * 32,
+                )
+            ]
+        )  # fmt: skip
+        newer.wait_until_readable(1)
+        async with running_daemon(config) as daemon:
+            await daemon.wait_for(
+                lambda s: (
+                    current_phase(s, UNIT) == "starting" and current_phase(s, other) == "starting"
+                ),
+                what="both machines' units",
+            )
+            journal_writer.write_and_flush(  # the older boot's machine goes on logging
+                [
+                    service_line(
+                        UNIT,
+                        A,
+                        7,
+                        "INFO 11-29 10:00:21 [gpu_model_runner.py:1] Starting to load model m...",
+                        clock.us(2),
+                    )
+                ]
+            )
+            await daemon.wait_for(
+                lambda s: current_phase(s, UNIT) == "loading_weights",
+                what="a live line of the machine that did not boot last",
+            )

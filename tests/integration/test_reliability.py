@@ -863,7 +863,14 @@ class TestConfigReload:
 
                 # alpha gains a unit (so it is restarted), beta goes, gamma comes
                 write({"alpha": [UNIT, OTHER], "gamma": [THIRD]})
-                assert await daemon.daemon.reload()
+                with capture_logs() as logs:
+                    assert await daemon.daemon.reload()
+                (reloaded,) = log_events(logs, "config_reloaded")
+                assert (reloaded["hosts"], reloaded["restarted"], reloaded["removed"]) == (
+                    ["alpha", "gamma"],
+                    ["alpha"],
+                    ["beta"],
+                )
                 samples = await daemon.wait_for(
                     lambda s: (
                         _units_in(s, "alpha") == {UNIT, OTHER} and _units_in(s, "gamma") == {THIRD}

@@ -10,7 +10,14 @@ import orjson
 import pytest
 from structlog.testing import capture_logs
 
-from tests.support.daemon import current_phase, free_port, local_config, running_daemon, value
+from tests.support.daemon import (
+    current_phase,
+    free_port,
+    local_config,
+    local_config_text,
+    running_daemon,
+    value,
+)
 from tests.support.journal_writer import (
     MESSAGE_ID_STARTED,
     JournalWriter,
@@ -524,21 +531,7 @@ async def test_a_reload_keeps_what_counts_as_history(
     port = free_port()
 
     def write_config(directory: Path) -> None:
-        path.write_text(
-            f"""
-[exporter]
-listen = "127.0.0.1:{port}"
-[defaults]
-state_directory = "{state}"
-cursor_flush_interval_seconds = 0.2
-[[hosts]]
-name = "llm-two"
-local = true
-units = ["{UNIT}"]
-journalctl_args = ["--directory={directory}"]
-gpu = "none"
-"""
-        )
+        path.write_text(local_config_text(directory, state, units=f'["{UNIT}"]', port=port))
 
     write_config(tmp_path / "typo")
     async with running_daemon(load_config(path), path) as daemon:

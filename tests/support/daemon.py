@@ -27,7 +27,7 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def local_config(
+def local_config_text(
     journal_dir: Path,
     state_dir: Path,
     *,
@@ -36,10 +36,9 @@ def local_config(
     units: str = '["vllm-*.service"]',
     port: int | None = None,
     gpu: str = "none",
-) -> Config:
-    """A config that follows ``journal_dir`` as a local host without GPU collection."""
-    return parse_config(
-        f"""
+) -> str:
+    """The TOML of a config that follows ``journal_dir`` as a local host (for config files)."""
+    return f"""
 [exporter]
 listen = "127.0.0.1:{port or free_port()}"
 [defaults]
@@ -53,6 +52,23 @@ units = {units}
 journalctl_args = ["--directory={journal_dir}"]
 gpu = "{gpu}"
 """
+
+
+def local_config(
+    journal_dir: Path,
+    state_dir: Path,
+    *,
+    host: str = "llm-two",
+    extra: str = "",
+    units: str = '["vllm-*.service"]',
+    port: int | None = None,
+    gpu: str = "none",
+) -> Config:
+    """A config that follows ``journal_dir`` as a local host without GPU collection."""
+    return parse_config(
+        local_config_text(
+            journal_dir, state_dir, host=host, extra=extra, units=units, port=port, gpu=gpu
+        )
     )
 
 

@@ -67,7 +67,7 @@ __all__ = [
     "JournalBatch",
     "JournalFollower",
     "build_journalctl_argv",
-    "cursor_realtime",
+    "cursor_time",
 ]
 
 STARTED_MESSAGE_ID = "39f53479d3a045ac8e117862248231bf"
@@ -82,9 +82,9 @@ class JournalBatch:
     """Records read from one host, and the cursor of the last one (``None`` if none had one).
 
     ``backfill`` is True for records of the startup backfill; an empty batch with
-    ``backfill=False`` marks its end. ``history`` is True for backfilled records the daemon
-    reported in an earlier run (up to its stored cursor), or all of the backfill when it had
-    none: they rebuild the state but their starts and crashes are not counted again.
+    ``backfill=False`` marks its end. ``history`` is True for records written up to what an
+    earlier run reported (its stored cursor) or, without a cursor, up to the daemon's start:
+    they rebuild the state but their starts and crashes are not counted again.
     """
 
     host: str
@@ -172,23 +172,27 @@ def build_journalctl_argv(
     return argv
 
 
-def cursor_realtime(cursor: str) -> float | None:
-    """The realtime (Unix seconds) inside a journal cursor, if it has the usual ``t=`` part.
+def cursor_time(cursor: str) -> datetime | None:
+    """The realtime (UTC, to the µs) inside a journal cursor, if it has the usual ``t=`` part.
 
     systemd documents cursors as opaque; this is used only to compare a stored cursor with
-    the backfill window, and an unreadable cursor is treated as "older than the window".
+    the backfill window (an unreadable cursor is then "older than the window") and to tell
+    history from new records.
     """
     found = _CURSOR_TIME.search(cursor)
-    return int(found.group(1), 16) / 1e6 if found else None
+    if found is None:
+        return None
+    try:
+        return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=int(found.group(1), 16))
+    except OverflowError:  # t= beyond year 9999: not a real cursor
+        return None
 
 
 def _reported_until(cursor: str | None, now: datetime) -> datetime:
     """Up to when an earlier run may have reported: the stored cursor's time; with no readable
     cursor (a first start, or a state directory that was lost), until now."""
-    found = _CURSOR_TIME.search(cursor) if cursor is not None else None
-    if found is None:
-        return now
-    return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=int(found.group(1), 16))
+    time = cursor_time(cursor) if cursor is not None else None
+    return now if time is None else time
 
 
 def _history_split(records: list[Record], until: datetime) -> int:
@@ -479,7 +483,9 @@ class JournalFollower:
         # records before it were emitted already. A stored one wins when it is older than
         # the window, so nothing written while the daemon was down is skipped.
         use_cursor = stored is not None and (
-            self._cursor_is_ours or (cursor_realtime(stored) or 0.0) < start
+            self._cursor_is_ours
+            or (stored_time := cursor_time(stored)) is None
+            or stored_time.timestamp() < start
         )
         remaining = max(1, settings.backfill_max_records - self._backfilled_records)
         argv = build_journalctl_argv(

@@ -54,22 +54,10 @@ gpu = "{gpu}"
 """
 
 
-def local_config(
-    journal_dir: Path,
-    state_dir: Path,
-    *,
-    host: str = "llm-two",
-    extra: str = "",
-    units: str = '["vllm-*.service"]',
-    port: int | None = None,
-    gpu: str = "none",
-) -> Config:
-    """A config that follows ``journal_dir`` as a local host without GPU collection."""
-    return parse_config(
-        local_config_text(
-            journal_dir, state_dir, host=host, extra=extra, units=units, port=port, gpu=gpu
-        )
-    )
+def local_config(journal_dir: Path, state_dir: Path, **options: Any) -> Config:
+    """A config that follows ``journal_dir`` as a local host without GPU collection
+    (``options``: those of ``local_config_text``)."""
+    return parse_config(local_config_text(journal_dir, state_dir, **options))
 
 
 def parse_metrics(text: str) -> Samples:

@@ -240,7 +240,7 @@ async def run_demo(
     server = start_http_server(listen_host, listen_port, app)
     url = f"http://{server.host}:{server.port}"
     announce(f"vllm-sentinel demo: playing {len(INCIDENTS)} real-shaped incidents on {DEMO_HOST}")
-    wanted = r"unit_phase\{.*\} 1|crashes_total\{.*\} [1-9]|unit_stalled"
+    wanted = r"^vllm_sentinel_unit_(phase\{.*\} 1|crashes_total\{.*\} [1-9]|stalled\{)"
     announce(f"  metrics: curl -s {url}/metrics | grep -E '{wanted}'")
     announce(f"  status:  curl -s {url}/status   (or: vllm-sentinel status --url {url})")
     announce("  Ctrl-C stops.")

@@ -24,6 +24,11 @@ HOT_PATH = [
     "vllm_sentinel/line_buffer.py",
     "vllm_sentinel/text_log.py",
     "vllm_sentinel/journal_json.py",
+    "vllm_sentinel/line_clock.py",
+    "vllm_sentinel/seen_cursors.py",
+    "vllm_sentinel/incarnation.py",
+    "vllm_sentinel/crash.py",
+    "vllm_sentinel/incarnations.py",
     "vllm_sentinel/tracker.py",
 ]
 

@@ -218,8 +218,8 @@ class TestBoundedMemory:
                     )
                 )
         assert_tracker_bounded(tracker)
-        kept = {id(incarnation) for incarnation in tracker._incarnations}
-        assert all(id(owner) in kept for owner in tracker._pid_owner.values())
+        kept = {id(incarnation) for incarnation in tracker._incs.items}
+        assert all(id(owner) in kept for owner in tracker._incs.pid_owner.values())
 
 
 class TestInvariants:

@@ -305,16 +305,16 @@ _VERSION_LIMIT = 64
 
 def tracker_sizes(tracker: UnitTracker) -> dict[str, int]:
     """The size of every buffer ``tracker`` keeps (reads private state on purpose)."""
-    incarnations = list(tracker._incarnations)
+    incarnations = list(tracker._incs.items)
     streams = tracker._tracebacks._streams
     evidence = [item for incarnation in incarnations for item in incarnation.evidence]
     return {
         "incarnations": len(incarnations),
-        "by_id": len(tracker._by_id),
-        "pid_owner": len(tracker._pid_owner),
-        "unsettled": len(tracker._unsettled),
-        "seen_seq": len(tracker._seen_seq),
-        "recent_cursors": len(tracker._recent_cursors),
+        "by_id": len(tracker._incs.by_id),
+        "pid_owner": len(tracker._incs.pid_owner),
+        "unsettled": len(tracker._crashes.unsettled),
+        "seen_seq": len(tracker._seen._seen_seq),
+        "recent_cursors": len(tracker._seen._recent),
         "traceback_streams": len(streams),
         "traceback_context": max((len(s.context or "") for s in streams.values()), default=0),
         "evidence": max((len(i.evidence) for i in incarnations), default=0),

@@ -1,0 +1,180 @@
+"""Crash evidence and settling: when an incarnation crashed, why, and when that is counted (core).
+
+``CrashBook`` holds the crash side of one unit's incarnations:
+
+* **Evidence.** Each exception, failure line or systemd verdict is kept on its incarnation
+  (bounded: the best candidates stay, whatever their arrival order). The root cause is chosen
+  when asked (``causes.choose_root_cause``), so lines that arrive late still count.
+* **Ending.** ``end`` closes an incarnation as crashed or stopped; a crash joins the
+  *unsettled* list.
+* **Settling.** A crash is *settled* into ``crashes_total`` once ``settle_seconds`` of log time
+  (or of the daemon's clock, ``settle_due``) have passed since its latest end signal, with the
+  cause known then. In journal mode an incarnation whose exit systemd has not confirmed yet
+  waits ``_UNCONFIRMED_GRACE`` times longer.
+
+Counting follows ``counting``: a crash whose end was seen while it was False (history the
+daemon reported before) settles without adding to ``crashes_total``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+
+from vllm_sentinel.causes import CrashCause, Evidence, EvidenceKind, choose_root_cause
+from vllm_sentinel.incarnation import Incarnation
+from vllm_sentinel.phases import Outcome, Phase
+from vllm_sentinel.snapshot import CrashInfo
+
+__all__ = ["CrashBook"]
+
+_MAX_EVIDENCE = 32
+_POST_READY_CAUSE_WINDOW = timedelta(minutes=5)
+_UNCONFIRMED_GRACE = 10  # × settle_seconds: how long a journal incarnation waits for systemd
+
+
+def _evidence_rank(item: Evidence) -> tuple[int, float, int]:
+    return (int(item.kind), item.at.timestamp() if item.at else float("inf"), item.seq)
+
+
+class CrashBook:
+    """Evidence, ending and settling for the incarnations of one unit.
+
+    Args:
+        settle_seconds: log-time delay (seconds) before a crash is counted with its cause.
+
+    Attributes:
+        counting: while False, a crash that ends is settled without counting (history).
+        crashes_total: settled, counted crashes by cause.
+        last_evicted_crash: the root cause of the newest crashed incarnation the tracker
+            forgot (so ``last_crash`` survives eviction).
+    """
+
+    def __init__(self, settle_seconds: float = 30.0) -> None:
+        self._settle = timedelta(seconds=settle_seconds)
+        self._seq = 0
+        self.unsettled: list[Incarnation] = []
+        self.counting = True
+        self.crashes_total: Counter[CrashCause] = Counter()
+        self.last_evicted_crash: CrashInfo | None = None
+
+    # --- evidence ------------------------------------------------------------------------
+
+    def add_evidence(
+        self,
+        incarnation: Incarnation,
+        cause: CrashCause,
+        kind: EvidenceKind,
+        exception: str,
+        message: str,
+        time: datetime | None,
+    ) -> None:
+        """Keep one reason ``incarnation`` may have crashed (message cut to 1,000 chars)."""
+        self._seq += 1
+        evidence = incarnation.evidence
+        evidence.append(Evidence(cause, kind, exception, message[:1000], time, self._seq))
+        if len(evidence) > _MAX_EVIDENCE:
+            # keep the best candidates (most direct kind, earliest), whatever their arrival order
+            evidence.remove(max(evidence, key=_evidence_rank))
+
+    # --- ending --------------------------------------------------------------------------
+
+    def end_cleanly(self, incarnation: Incarnation, time: datetime | None) -> None:
+        """A stop: crashed if a failure was pending and no stop was asked, else stopped."""
+        if incarnation.fatal_pending_at is not None and not incarnation.stop_requested:
+            self.end(incarnation, Outcome.CRASHED, time)
+        else:
+            self.end(incarnation, Outcome.STOPPED, time)
+
+    def end(self, incarnation: Incarnation, outcome: Outcome, time: datetime | None) -> None:
+        """End ``incarnation`` with ``outcome`` at ``time``; each end signal restarts settling.
+
+        An incarnation that already stopped by its own log (not by systemd) becomes crashed
+        when a failure verdict follows.
+        """
+        if time is not None and (incarnation.settle_from is None or time > incarnation.settle_from):
+            incarnation.settle_from = time  # each end signal restarts the settle window
+        if incarnation.ended:
+            if (
+                outcome is Outcome.CRASHED
+                and incarnation.outcome is Outcome.STOPPED
+                and not incarnation.stop_by_manager
+            ):
+                # systemd says the process failed after its log looked like a clean stop
+                incarnation.reopen_as_crashed()
+                incarnation.counted = self.counting
+                self.unsettled.append(incarnation)
+            return
+        incarnation.close(outcome, time)
+        if outcome is Outcome.CRASHED:
+            incarnation.counted = self.counting
+            self.unsettled.append(incarnation)
+
+    # --- settling ------------------------------------------------------------------------
+
+    def settle_due(self, now: datetime | None) -> bool:
+        """Settle every crash whose wait has passed at ``now``; True when one settled."""
+        if not self.unsettled or now is None:
+            return False
+        settled = False
+        for incarnation in list(self.unsettled):
+            ended = incarnation.settle_from or incarnation.ended_at
+            wait = self._settle
+            if incarnation.id is not None and not incarnation.confirmed:
+                # journal mode: the exit record is still to come, and late lines with it
+                wait = self._settle * _UNCONFIRMED_GRACE
+            if ended is None or now - ended >= wait:
+                self.settle_one(incarnation)
+                self.unsettled.remove(incarnation)
+                settled = True
+        return settled
+
+    def settle_all(self) -> None:
+        """Settle every crash now (end of input, or an incarnation forgotten)."""
+        for incarnation in self.unsettled:
+            self.settle_one(incarnation)
+        self.unsettled.clear()
+
+    def settle_one(self, incarnation: Incarnation) -> None:
+        """Settle one crash: count it with the cause known now, once."""
+        if incarnation.settled:
+            return
+        incarnation.settled = True
+        if incarnation.counted:
+            self.crashes_total[self.crash_info(incarnation).cause] += 1
+
+    def forget(self, incarnation: Incarnation) -> None:
+        """The tracker drops ``incarnation``: settle it now and keep its crash as the last."""
+        if incarnation in self.unsettled:
+            self.settle_one(incarnation)
+            self.unsettled.remove(incarnation)
+        if incarnation.outcome is Outcome.CRASHED:
+            self.last_evicted_crash = self.crash_info(incarnation)
+
+    def unsettled_since(self) -> datetime | None:
+        """When the earliest crash that will count but is not counted yet ended (UTC)."""
+        ends = [i.ended_at for i in self.unsettled if i.counted and i.ended_at is not None]
+        return min(ends) if ends else None
+
+    # --- the answer ----------------------------------------------------------------------
+
+    def crash_info(self, incarnation: Incarnation) -> CrashInfo:
+        """The root cause of ``incarnation``'s crash from the evidence known now.
+
+        After ``ready``, only evidence from the last five minutes before the end counts: an
+        error an hour earlier (a request's, a handled one) did not kill the process.
+        """
+        evidence: Iterable[Evidence] = incarnation.evidence
+        ended = incarnation.ended_at
+        if incarnation.furthest is Phase.READY and ended is not None:
+            evidence = [
+                item
+                for item in incarnation.evidence
+                if item.at is None or ended - item.at <= _POST_READY_CAUSE_WINDOW
+            ]
+        root = choose_root_cause(evidence)
+        phase = incarnation.crash_phase or incarnation.phase
+        if root is None:
+            return CrashInfo(CrashCause.UNKNOWN, "", "", phase, ended, incarnation.id)
+        return CrashInfo(root.cause, root.exception, root.message, phase, ended, incarnation.id)

@@ -1,0 +1,255 @@
+"""One incarnation of a unit: its state, its phase moves and the figures it logged (core: pure).
+
+An *incarnation* is one run of the unit's main process: a systemd invocation, or in a text log
+the stretch between two version banners. ``Incarnation`` is the tracker's mutable record of it
+(snapshots are frozen copies, see ``snapshot.IncarnationSnapshot``). Two rules live here:
+
+* **Phases only move forward** (``phases.is_forward``), and so does the timeline's time: a line
+  from the past enters its phase at the time of the timeline's last entry (``not_before``).
+* **Figures** a marker line carries (shards loaded, GiB, seconds, tokens) are read into the
+  incarnation by a table, ``FIGURES``, keyed by the marker's event.
+
+Ending an incarnation (``close``) is the phase side of a crash or a stop; deciding *that* it
+crashed, and why, is ``crash.CrashBook``'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from types import MappingProxyType
+
+from vllm_sentinel.causes import Evidence
+from vllm_sentinel.markers import Event
+from vllm_sentinel.phases import STARTUP_PHASES, Outcome, Phase, is_forward
+from vllm_sentinel.snapshot import CrashInfo, IncarnationSnapshot, PhaseEntry, Progress
+
+__all__ = ["FIGURES", "Incarnation", "not_before", "parse_float", "parse_int", "read_figures"]
+
+_GIB = 1 << 30
+_STARTUP = frozenset(STARTUP_PHASES)
+_PHASE_RANK: Mapping[Phase, int] = MappingProxyType({p: i for i, p in enumerate(Phase)})
+
+
+@dataclass(slots=True)
+class Incarnation:
+    """Mutable state of one incarnation; owned by one ``UnitTracker`` (snapshots are frozen).
+
+    Attributes (the ones other modules read):
+        serial: 1, 2, … in order of creation within the tracker.
+        id: the systemd invocation id, or ``None`` in text logs.
+        started_at, ended_at: log times (UTC).
+        phase, furthest: the current phase and the furthest startup phase reached.
+        timeline: every phase entered, in order.
+        evidence: why it may have crashed (``causes.Evidence``), bounded.
+        fatal_pending_at: when a failure was seen that the process exit must confirm.
+        stop_requested / stop_by_manager: a clean stop was asked (by vLLM's log, by systemd).
+        settled / counted / counted_cause / settle_from / confirmed: crash settling state
+            (``crash.CrashBook``).
+        pids: processes that logged for it (insertion-ordered, bounded by the tracker).
+    """
+
+    serial: int
+    id: str | None
+    started_at: datetime | None
+    phase: Phase = Phase.STARTING
+    furthest: Phase = Phase.STARTING
+    timeline: list[PhaseEntry] = field(default_factory=list)
+    outcome: Outcome = Outcome.RUNNING
+    ended_at: datetime | None = None
+    crash_phase: Phase | None = None
+    evidence: list[Evidence] = field(default_factory=list)
+    fatal_pending_at: datetime | None = None
+    stop_requested: bool = False
+    stop_by_manager: bool = False
+    settled: bool = False
+    counted: bool = True  # the crash counts into crashes_total (not learnt from history)
+    settle_from: datetime | None = None  # the latest end signal (exit, failure) seen
+    confirmed: bool = False  # systemd (or a newer incarnation) confirmed the end
+    has_banner: bool = False
+    pids: dict[int, None] = field(default_factory=dict)
+    benign_errors: int = 0
+    records: int = 0
+    last_record_at: datetime | None = None
+    last_progress_at: datetime | None = None
+    vllm_version: str | None = None
+    model: str | None = None
+    model_from_engine: bool = False
+    tensor_parallel_size: int | None = None
+    max_rank: int | None = None
+    shards_loaded: int | None = None
+    shards_total: int | None = None
+    model_weights_bytes: int | None = None
+    weights_load_seconds: float | None = None
+    compile_seconds: float | None = None
+    kv_cache_bytes: int | None = None
+    kv_cache_tokens: int | None = None
+    cuda_graph_bytes: int | None = None
+    cuda_graph_capture_seconds: float | None = None
+    engine_init_seconds: float | None = None
+
+    @property
+    def ended(self) -> bool:
+        """True once it crashed or stopped."""
+        return self.outcome in (Outcome.CRASHED, Outcome.STOPPED)
+
+    @property
+    def pristine(self) -> bool:
+        """True while nothing was logged for it and it has not ended."""
+        return self.records == 0 and not self.ended
+
+    def enter(self, phase: Phase, time: datetime | None) -> PhaseEntry | None:
+        """Move to ``phase`` at ``time`` if that is forward.
+
+        Returns:
+            The entry of the phase it left (so the caller can time it), or ``None`` when the
+            move was refused (not forward, or the incarnation has ended).
+        """
+        if self.ended or not is_forward(self.phase, phase):
+            return None
+        previous = self.timeline[-1]
+        time = not_before(time, previous.entered_at)
+        self.phase = phase
+        self.timeline.append(PhaseEntry(phase, time))
+        if (phase in _STARTUP or phase is Phase.READY) and (
+            _PHASE_RANK[phase] > _PHASE_RANK[self.furthest]
+        ):
+            self.furthest = phase
+        if phase is Phase.READY:
+            self.outcome = Outcome.READY
+            self.fatal_pending_at = None  # it became ready after the error: survived
+        return previous
+
+    def close(self, outcome: Outcome, time: datetime | None) -> None:
+        """End it (``CRASHED`` or ``STOPPED``) at ``time`` (never before its last phase)."""
+        self.crash_phase = self.phase
+        time = not_before(time, self.timeline[-1].entered_at)
+        self.ended_at = time
+        self.outcome = outcome
+        final = Phase.CRASHED if outcome is Outcome.CRASHED else Phase.STOPPED
+        self.phase = final
+        self.timeline.append(PhaseEntry(final, time))
+
+    def reopen_as_crashed(self) -> None:
+        """A clean stop turns out to be a failure (systemd's verdict came after the log's)."""
+        self.outcome = Outcome.CRASHED
+        self.timeline[-1] = PhaseEntry(Phase.CRASHED, self.ended_at)
+
+    def snapshot(self, crash: CrashInfo | None) -> IncarnationSnapshot:
+        """Freeze it, with ``crash`` (its root cause, when it crashed)."""
+        tp = self.tensor_parallel_size
+        if tp is None and self.max_rank:
+            tp = self.max_rank + 1  # a lower bound: the highest rank that logged
+        return IncarnationSnapshot(
+            id=self.id,
+            started_at=self.started_at,
+            ended_at=self.ended_at,
+            phases=tuple(self.timeline),
+            phase=self.phase,
+            furthest_phase=self.furthest,
+            outcome=self.outcome,
+            crash=crash,
+            pids=tuple(self.pids),
+            benign_errors=self.benign_errors,
+            records=self.records,
+            last_record_at=self.last_record_at,
+            last_progress_at=self.last_progress_at,
+            vllm_version=self.vllm_version,
+            model=self.model,
+            tensor_parallel_size=tp,
+            progress=Progress(
+                weights_shards_loaded=self.shards_loaded,
+                weights_shards_total=self.shards_total,
+                model_weights_bytes=self.model_weights_bytes,
+                weights_load_seconds=self.weights_load_seconds,
+                compile_seconds=self.compile_seconds,
+                kv_cache_bytes=self.kv_cache_bytes,
+                kv_cache_tokens=self.kv_cache_tokens,
+                cuda_graph_bytes=self.cuda_graph_bytes,
+                cuda_graph_capture_seconds=self.cuda_graph_capture_seconds,
+                engine_init_seconds=self.engine_init_seconds,
+            ),
+        )
+
+
+def not_before(time: datetime | None, floor: datetime | None) -> datetime | None:
+    """``time``, or ``floor`` when it is earlier: a timeline never goes back.
+
+    Log lines are not always in time order (threads, processes, a log pasted twice, the old
+    incarnation's last line taken from the new process's first): a phase entered, or an end,
+    at an earlier time than the timeline's last entry is placed at that entry's time.
+    """
+    if time is not None and floor is not None and time < floor:
+        return floor
+    return time
+
+
+def parse_float(text: str | None) -> float | None:
+    """``float(text)``, or ``None`` for ``None`` or a malformed number."""
+    try:
+        return float(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+def parse_int(text: str | None) -> int | None:
+    """``int(text)`` with thousands separators allowed, or ``None``."""
+    try:
+        return int(text.replace(",", "")) if text is not None else None
+    except ValueError:
+        return None
+
+
+def _gib_bytes(text: str | None) -> int | None:
+    value = parse_float(text)
+    return int(value * _GIB) if value is not None else None
+
+
+FIGURES: Mapping[Event, tuple[tuple[str, str, Callable[[str | None], float | int | None]], ...]]
+FIGURES = MappingProxyType(
+    {  # event → (named group of the marker, incarnation field, conversion)
+        Event.WEIGHTS_LOADED: (("s", "weights_load_seconds", parse_float),),
+        Event.MODEL_LOADED: (("gib", "model_weights_bytes", _gib_bytes),),
+        Event.COMPILE_FINISHED: (("s", "compile_seconds", parse_float),),
+        Event.KV_CACHE_MEMORY: (("gib", "kv_cache_bytes", _gib_bytes),),
+        Event.KV_CACHE_SIZED: (("tokens", "kv_cache_tokens", parse_int),),
+        Event.GRAPH_CAPTURE_FINISHED: (
+            ("gib", "cuda_graph_bytes", _gib_bytes),
+            ("s", "cuda_graph_capture_seconds", parse_float),
+        ),
+        Event.ENGINE_READY: (("s", "engine_init_seconds", parse_float),),
+    }
+)
+"""The figures a marker line carries: where each named group goes, converted to base units."""
+
+
+def read_figures(incarnation: Incarnation, event: Event, groups: Mapping[str, str | None]) -> None:
+    """Copy the version, model and figures of a marker's named groups into ``incarnation``."""
+    version = groups.get("ver")
+    if version and incarnation.vllm_version is None:
+        incarnation.vllm_version = version[:64]
+    model = groups.get("model")
+    if (
+        model
+        and not incarnation.model_from_engine
+        and (incarnation.model is None or event is Event.ENGINE_INIT)
+    ):
+        incarnation.model = model[:256]
+        # the engine's report wins, once: later ones must not churn the info series
+        incarnation.model_from_engine = event is Event.ENGINE_INIT
+    for group, attribute, convert in FIGURES.get(event, ()):
+        value = convert(groups.get(group))
+        if value is not None:
+            setattr(incarnation, attribute, value)
+    if event is Event.WEIGHTS_PROGRESS:
+        loaded, total = parse_int(groups.get("n")), parse_int(groups.get("total"))
+        if total:
+            incarnation.shards_total = total
+            incarnation.shards_loaded = max(loaded or 0, incarnation.shards_loaded or 0)
+    elif event is Event.MODEL_LOADED:
+        seconds = parse_float(groups.get("s"))
+        if seconds is not None and incarnation.weights_load_seconds is None:
+            incarnation.weights_load_seconds = seconds
+        if incarnation.shards_total:
+            incarnation.shards_loaded = incarnation.shards_total

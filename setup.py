@@ -21,6 +21,7 @@ HOT_PATH = [
     "vllm_sentinel/markers.py",
     "vllm_sentinel/tracebacks.py",
     "vllm_sentinel/causes.py",
+    "vllm_sentinel/failure_lines.py",
     "vllm_sentinel/line_buffer.py",
     "vllm_sentinel/text_log.py",
     "vllm_sentinel/journal_json.py",

@@ -21,6 +21,7 @@ CORE = (
     "markers",
     "tracebacks",
     "causes",
+    "failure_lines",
     "phases",
     "line_clock",
     "seen_cursors",

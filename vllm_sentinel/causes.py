@@ -25,7 +25,6 @@ __all__ = [
     "DEFAULT_BENIGN_PATTERNS",
     "NOISE_PATTERNS",
     "REQUEST_ERROR_PATTERNS",
-    "STDERR_EVIDENCE",
     "WRAPPER_PATTERNS",
     "BenignMatcher",
     "CauseRule",
@@ -34,13 +33,18 @@ __all__ = [
     "EvidenceKind",
     "choose_root_cause",
     "classify_exception",
-    "classify_stderr_line",
     "is_request_error",
 ]
 
 
 class CrashCause(StrEnum):
-    """Why an incarnation crashed: a bounded set, safe as a Prometheus label."""
+    """Why an incarnation crashed: a bounded set, safe as a Prometheus label.
+
+    ``PENDING`` is never counted: it is what ``last_crash_info`` says while a crash is not
+    settled and nothing seen so far names a real failure (only a wrapper that points at a root
+    cause elsewhere, a consequence, or a bare signal), so that a wrapper is never published as
+    the cause.
+    """
 
     CUDA_OOM = "cuda_oom"
     KV_CACHE_INSUFFICIENT = "kv_cache_insufficient"
@@ -63,6 +67,7 @@ class CrashCause(StrEnum):
     KILLED = "killed"
     TIMEOUT = "timeout"
     UNKNOWN = "unknown"
+    PENDING = "pending"  # crashed, root cause not settled yet (only wrappers or signals so far)
 
 
 class EvidenceKind(IntEnum):
@@ -122,9 +127,17 @@ CAUSE_RULES: tuple[CauseRule, ...] = (
     ),
     CauseRule(
         _C.CUDA_OOM,
-        r"CUDA out of memory|OutOfMemoryError|out of memory occurred when warming up"
-        r"|not enough GPU memory|CUBLAS_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation",
-        "PyTorch caching allocator; vllm/v1/worker/gpu_model_runner.py",
+        # every accelerator's words for device memory exhausted (the vendor stays in the
+        # message): CUDA/HIP/NPU/XPU/HPU/MPS, their runtime error names, XLA's on TPU
+        r"(?:CUDA|HIP|NPU|XPU|HPU|MPS|GPU|[Dd]evice) out of memory|OutOfMemoryError"
+        r"|out of memory occurred when warming up|not enough GPU memory|CUBLAS_STATUS_ALLOC_FAILED"
+        r"|cudaErrorMemoryAllocation|hipErrorOutOfMemory|(?:Cuda|CUDA|HIP) failure(?: \d+)? 'out "
+        r"of memory'|^out of memory$|CUDA error: out of memory|HIP error: out of memory"
+        r"|(?:UR|ZE|PI)_(?:RESULT_)?ERROR_OUT_OF_DEVICE_MEMORY|ACL_ERROR_RT_MEMORY_ALLOCATION"
+        r"|RESOURCE_EXHAUSTED.{0,80}(?:[Oo]ut of memory|allocat)|Ran out of memory in memory "
+        r"space (?:hbm|vmem)",
+        "PyTorch caching allocators (CUDA, ROCm/HIP, torch_npu, XPU, HPU), CUDA/HIP runtime, "
+        "NCCL, Level Zero/UR, CANN, XLA (TPU); vllm/v1/worker/gpu_model_runner.py",
     ),
     CauseRule(_C.CUDA_ILLEGAL_MEMORY_ACCESS, r"illegal memory access", "CUDA runtime"),
     CauseRule(
@@ -135,11 +148,14 @@ CAUSE_RULES: tuple[CauseRule, ...] = (
     ),
     CauseRule(
         _C.DRIVER_ERROR,
-        r"Found no NVIDIA driver|NVIDIA driver on your system is too old"
+        # the accelerator's runtime cannot start: driver missing, too old or mismatched
+        r"\b(?:Initialize|SetDevice|InitDevice)\w*:\S* NPU function error"
+        r"|init runtime platform info failed|hipErrorNoBinaryForGpu|hipErrorInsufficientDriver"
+        r"|Found no NVIDIA driver|NVIDIA driver on your system is too old"
         r"|CUDA driver version is insufficient|driver/library version mismatch"
         r"|cudaErrorInsufficientDriver|unsupported display driver|forward compatibility was "
         r"attempted|CUDA driver initialization failed|NVMLError|NVML_ERROR",
-        "CUDA runtime, NVML",
+        "CUDA runtime, NVML; torch_npu device init (CANN), HIP runtime",
     ),
     CauseRule(
         _C.NO_GPU,
@@ -149,9 +165,14 @@ CAUSE_RULES: tuple[CauseRule, ...] = (
     ),
     CauseRule(
         _C.CUDA_ERROR,
+        # an accelerator runtime call failed (not memory, not a driver install problem)
         r"CUDA error|cudaError|CUBLAS_STATUS|CUDNN_STATUS|cuDNN error|device-side assert"
-        r"|unspecified launch failure|misaligned address|illegal instruction",
-        "CUDA runtime",
+        r"|unspecified launch failure|misaligned address|illegal instruction"
+        r"|status == cuda\w*Success|HIP error|hipError\w+|NPU function error"
+        r"|level_zero backend failed|(?:UR|ZE)_RESULT_ERROR_\w+|FATAL ERROR :: MODULE:\w+"
+        r"|synStatus \w+|HPU error",
+        "CUDA runtime and kernels' checks (FlashInfer, vLLM csrc), HIP runtime, torch_npu "
+        "(CANN), Intel Level Zero/UR (XPU), Habana PyTorch bridge (HPU)",
     ),
     CauseRule(
         _C.DEPENDENCY_MISMATCH,
@@ -164,6 +185,7 @@ CAUSE_RULES: tuple[CauseRule, ...] = (
     CauseRule(
         _C.JIT_BUILD_ERROR,
         r"CalledProcessError: Command '\['ninja'|ninja: build stopped|Error building extension"
+        r"|Ninja build failed"
         r"|Ninja is required|JIT compil\w+ failed|Command '\['nvcc'|nvcc fatal",
         "flashinfer / torch.utils.cpp_extension JIT builds",
     ),
@@ -227,6 +249,7 @@ WRAPPER_PATTERNS: tuple[str, ...] = (
     r"EngineDeadError|EngineCore encountered an issue|AsyncEngineDeadError"
     r"|Background loop (?:is not running|has errored)|MQEngineDeadError",
     r"died with exit code",
+    r"^(?:\w+\.)*\w+: Executor failed\.?$|^Executor failed\.?$",
 )
 """Exceptions that only say "see above": a root cause only when nothing else was seen."""
 
@@ -254,21 +277,6 @@ DEFAULT_BENIGN_PATTERNS: tuple[str, ...] = (
     r"^Ignoring incompatible flashinfer-cubin package",
 )
 """ERROR/WARNING lines known not to be fatal (``docs/markers.md`` §10)."""
-
-STDERR_EVIDENCE: tuple[CauseRule, ...] = (
-    CauseRule(
-        _C.COMPILE_ERROR,
-        r"^/\S*ld(?:\.\w+)?: cannot find -l\w+|^collect2: error:",
-        "linker output of Triton/inductor builds (e.g. cuda_utils needs libcuda.so)",
-    ),
-    CauseRule(
-        _C.JIT_BUILD_ERROR,
-        r"^ninja: build stopped|^FAILED: \S+\.(?:o|cuda\.o|so)\b"
-        r"|^error: command '[^']+' failed",
-        "ninja / setuptools JIT extension builds",
-    ),
-)
-"""Foreign stderr lines that name a failure when the exception itself was cut off."""
 
 _RULES = tuple((rule.cause, re.compile(rule.pattern)) for rule in CAUSE_RULES)
 _WRAPPER = re.compile("|".join(f"(?:{p})" for p in WRAPPER_PATTERNS))
@@ -298,20 +306,6 @@ def classify_exception(exception: str, message: str) -> tuple[CrashCause, Eviden
     if _NOISE.search(text):
         return cause, EvidenceKind.NOISE
     return cause, EvidenceKind.REAL
-
-
-_STDERR = tuple((rule.cause, re.compile(rule.pattern)) for rule in STDERR_EVIDENCE)
-_STDERR_NEEDLES = ("cannot find -l", "collect2:", "ninja:", "FAILED:", "error: command")
-
-
-def classify_stderr_line(line: str) -> CrashCause | None:
-    """Classify a raw stderr line of a build tool (linker, ninja); ``None`` for anything else."""
-    if not any(needle in line for needle in _STDERR_NEEDLES):
-        return None
-    for cause, pattern in _STDERR:
-        if pattern.search(line):
-            return cause
-    return None
 
 
 def is_request_error(exception: str, message: str, context: str | None) -> bool:

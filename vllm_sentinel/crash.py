@@ -10,7 +10,15 @@
 * **Settling.** A crash is *settled* into ``crashes_total`` once ``settle_seconds`` of log time
   (or of the daemon's clock, ``settle_due``) have passed since its latest end signal, with the
   cause known then. In journal mode an incarnation whose exit systemd has not confirmed yet
-  waits ``_UNCONFIRMED_GRACE`` times longer.
+  waits ``_UNCONFIRMED_GRACE`` times longer. A crash whose process is still printing its
+  traceback (header and frames seen, no exception line yet: the caller's ``held``) waits until
+  the traceback completes, or ``hold_seconds`` after the end at most: a restart 70 s after a
+  crash must not cut the root cause off.
+* **Pending.** Until it settles, a crash whose best evidence is not a real failure (only a
+  wrapper that points elsewhere, a consequence, a signal, or nothing) has the cause
+  ``pending``: a wrapper is never published as the cause.
+* **Late evidence** still refines the answer after a crash settled (``last_crash_info``, the
+  replay verdict); ``crashes_total`` keeps the cause the crash was counted with.
 
 Counting follows ``counting``: a crash whose end was seen while it was False (history the
 daemon reported before) settles without adding to ``crashes_total``.
@@ -19,7 +27,7 @@ daemon reported before) settles without adding to ``crashes_total``.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 
 from vllm_sentinel.causes import CrashCause, Evidence, EvidenceKind, choose_root_cause
@@ -43,6 +51,8 @@ class CrashBook:
 
     Args:
         settle_seconds: log-time delay (seconds) before a crash is counted with its cause.
+        hold_seconds: the longest (seconds after the end) a crash waits for a traceback that
+            its process is still printing.
 
     Attributes:
         counting: while False, a crash that ends is settled without counting (history).
@@ -51,8 +61,9 @@ class CrashBook:
             forgot (so ``last_crash`` survives eviction).
     """
 
-    def __init__(self, settle_seconds: float = 30.0) -> None:
+    def __init__(self, settle_seconds: float = 30.0, hold_seconds: float = 300.0) -> None:
         self._settle = timedelta(seconds=settle_seconds)
+        self._hold = timedelta(seconds=max(hold_seconds, settle_seconds))
         self._seq = 0
         self.unsettled: list[Incarnation] = []
         self.counting = True
@@ -69,14 +80,16 @@ class CrashBook:
         exception: str,
         message: str,
         time: datetime | None,
-    ) -> None:
+    ) -> Evidence:
         """Keep one reason ``incarnation`` may have crashed (message cut to 1,000 chars)."""
         self._seq += 1
         evidence = incarnation.evidence
-        evidence.append(Evidence(cause, kind, exception, message[:1000], time, self._seq))
+        item = Evidence(cause, kind, exception, message[:1000], time, self._seq)
+        evidence.append(item)
         if len(evidence) > _MAX_EVIDENCE:
             # keep the best candidates (most direct kind, earliest), whatever their arrival order
             evidence.remove(max(evidence, key=_evidence_rank))
+        return item
 
     # --- ending --------------------------------------------------------------------------
 
@@ -113,8 +126,16 @@ class CrashBook:
 
     # --- settling ------------------------------------------------------------------------
 
-    def settle_due(self, now: datetime | None) -> bool:
-        """Settle every crash whose wait has passed at ``now``; True when one settled."""
+    def settle_due(
+        self, now: datetime | None, held: Callable[[Incarnation], bool] | None = None
+    ) -> bool:
+        """Settle every crash whose wait has passed at ``now``; True when one settled.
+
+        Args:
+            now: log time (while feeding) or the daemon's clock (on its tick), UTC.
+            held: says whether an incarnation's process is still printing a traceback; such
+                a crash waits up to ``hold_seconds`` after its end.
+        """
         if not self.unsettled or now is None:
             return False
         settled = False
@@ -124,10 +145,15 @@ class CrashBook:
             if incarnation.id is not None and not incarnation.confirmed:
                 # journal mode: the exit record is still to come, and late lines with it
                 wait = self._settle * _UNCONFIRMED_GRACE
-            if ended is None or now - ended >= wait:
-                self.settle_one(incarnation)
-                self.unsettled.remove(incarnation)
-                settled = True
+            if ended is not None:
+                waited = now - ended
+                if waited < wait or (
+                    waited < self._hold and held is not None and held(incarnation)
+                ):
+                    continue
+            self.settle_one(incarnation)
+            self.unsettled.remove(incarnation)
+            settled = True
         return settled
 
     def settle_all(self) -> None:
@@ -162,8 +188,9 @@ class CrashBook:
     def crash_info(self, incarnation: Incarnation) -> CrashInfo:
         """The root cause of ``incarnation``'s crash from the evidence known now.
 
-        After ``ready``, only evidence from the last five minutes before the end counts: an
-        error an hour earlier (a request's, a handled one) did not kill the process.
+        ``pending`` while the crash is unsettled and no real failure was seen. After ``ready``,
+        only evidence from the last five minutes before the end counts: an error an hour
+        earlier (a request's, a handled one) did not kill the process.
         """
         evidence: Iterable[Evidence] = incarnation.evidence
         ended = incarnation.ended_at
@@ -175,6 +202,8 @@ class CrashBook:
             ]
         root = choose_root_cause(evidence)
         phase = incarnation.crash_phase or incarnation.phase
+        if not incarnation.settled and (root is None or root.kind is not EvidenceKind.REAL):
+            return CrashInfo(CrashCause.PENDING, "", "", phase, ended, incarnation.id)
         if root is None:
             return CrashInfo(CrashCause.UNKNOWN, "", "", phase, ended, incarnation.id)
         return CrashInfo(root.cause, root.exception, root.message, phase, ended, incarnation.id)

@@ -45,7 +45,9 @@ class Incarnation:
         evidence: why it may have crashed (``causes.Evidence``), bounded.
         fatal_pending_at: when a failure was seen that the process exit must confirm.
         stop_requested / stop_by_manager: a clean stop was asked (by vLLM's log, by systemd).
-        settled / counted / counted_cause / settle_from / confirmed: crash settling state
+        fatal_phase: the phase it was in when that failure was seen (the phase it crashed in
+            when a shutdown followed the failure).
+        settled / counted / settle_from / confirmed: crash settling state
             (``crash.CrashBook``).
         pids: processes that logged for it (insertion-ordered, bounded by the tracker).
     """
@@ -61,6 +63,7 @@ class Incarnation:
     crash_phase: Phase | None = None
     evidence: list[Evidence] = field(default_factory=list)
     fatal_pending_at: datetime | None = None
+    fatal_phase: Phase | None = None  # the phase it was in when the pending failure was seen
     stop_requested: bool = False
     stop_by_manager: bool = False
     settled: bool = False
@@ -119,11 +122,24 @@ class Incarnation:
         if phase is Phase.READY:
             self.outcome = Outcome.READY
             self.fatal_pending_at = None  # it became ready after the error: survived
+            self.fatal_phase = None
         return previous
 
+    def mark_fatal(self, time: datetime | None) -> None:
+        """A failure was seen that the process's exit must confirm (the first one counts)."""
+        if self.fatal_pending_at is None and not self.ended:
+            self.fatal_pending_at = time
+            self.fatal_phase = self.phase
+
     def close(self, outcome: Outcome, time: datetime | None) -> None:
-        """End it (``CRASHED`` or ``STOPPED``) at ``time`` (never before its last phase)."""
+        """End it (``CRASHED`` or ``STOPPED``) at ``time`` (never before its last phase).
+
+        A process that failed and then shut down (``stopping``) crashed in the phase its
+        failure was seen in.
+        """
         self.crash_phase = self.phase
+        if self.phase is Phase.STOPPING and self.fatal_phase is not None:
+            self.crash_phase = self.fatal_phase
         time = not_before(time, self.timeline[-1].entered_at)
         self.ended_at = time
         self.outcome = outcome
@@ -242,6 +258,9 @@ def read_figures(incarnation: Incarnation, event: Event, groups: Mapping[str, st
         value = convert(groups.get(group))
         if value is not None:
             setattr(incarnation, attribute, value)
+    workers = parse_int(groups.get("workers"))
+    if workers and (incarnation.max_rank is None or workers - 1 > incarnation.max_rank):
+        incarnation.max_rank = workers - 1  # a lower bound of TP, like the ranks that logged
     if event is Event.WEIGHTS_PROGRESS:
         loaded, total = parse_int(groups.get("n")), parse_int(groups.get("total"))
         if total:

@@ -13,7 +13,7 @@ varies carry a ``needle`` substring that must be present before the regex runs.
 
 Named groups are the numbers and names a line carries: ``ver`` (vLLM version), ``model``,
 ``tp`` (tensor-parallel size), ``n``/``total`` (progress), ``gib`` (GiB), ``s`` (seconds),
-``tokens`` (KV cache tokens, thousands separators allowed).
+``tokens`` (KV cache tokens, thousands separators allowed), ``workers`` (worker processes).
 """
 
 from __future__ import annotations
@@ -67,6 +67,7 @@ class Event(StrEnum):
     SHUTDOWN = "shutdown"
     SHUTDOWN_COMPLETE = "shutdown_complete"
     HEARTBEAT = "heartbeat"  # printed while waiting: never progress
+    EXECUTOR_WORKERS = "executor_workers"  # how many worker processes the executor runs
     FATAL = "fatal"  # a line that says the engine or a worker failed
     PORT_CONFLICT = "port_conflict"  # a hint, not fatal by itself
 
@@ -330,6 +331,20 @@ MARKERS: tuple[Marker, ...] = (
         "vllm/worker/model_runner.py, vllm/v1/worker/gpu_model_runner.py",
     ),
     Marker(
+        _E.WEIGHTS_LOADED,
+        _P.LOADING_WEIGHTS,
+        r"^Pre-loading model weights on \S+ took ",
+        "HabanaAI/vllm-fork (Gaudi HPU) 0.5–0.9 forks",
+        "vllm/worker/hpu_model_runner.py (habana_model_runner.py before)",
+    ),
+    Marker(
+        _E.MODEL_LOADED,
+        _P.LOADING_WEIGHTS,
+        r"^Loading model weights took in total (?P<gib>[\d.]+) GiB of device memory",
+        "HabanaAI/vllm-fork (Gaudi HPU) 0.5–0.9 forks",
+        "vllm/worker/hpu_model_runner.py (habana_model_runner.py before)",
+    ),
+    Marker(
         _E.MODEL_LOADED,
         _P.LOADING_WEIGHTS,
         r"^Model loading took (?P<gib>[\d.]+) ?(?:GB|GiB)(?: memory)? and (?P<s>[\d.]+) seconds$",
@@ -574,6 +589,14 @@ MARKERS: tuple[Marker, ...] = (
         kinds=_UVICORN,
     ),
     Marker(
+        _E.EXECUTOR_WORKERS,
+        None,
+        r"^\[shutdown\] Executor: (?:waiting for worker exit|workers still running after grace "
+        r"period; sending SIGTERM) count=(?P<workers>\d{1,4})",
+        "0.24.0–0.33.0",
+        "vllm/v1/executor/multiproc_executor.py",
+    ),
+    Marker(
         _E.HEARTBEAT,
         None,
         r"^Waiting for \d+ (?:local, \d+ remote )?core engine proc\(s\) to (?:start|connect)",
@@ -611,8 +634,9 @@ MARKERS: tuple[Marker, ...] = (
     Marker(
         _E.FATAL,
         None,
-        r"^Worker proc (?P<proc>\S+) died unexpectedly(?: \(exit code: -?\d+\))?, shutting down",
-        "0.8.5.post1–0.33.0",
+        r"^Worker proc (?P<proc>\S+) died unexpectedly(?: \(exit code: [^)]{1,12}\))?, "
+        r"shutting down",
+        "0.8.5.post1–0.33.0 (exit code from 0.27.0; `None` when the worker had not exited yet)",
         "vllm/v1/executor/multiproc_executor.py",
         cause="worker_died",
     ),

@@ -91,7 +91,8 @@ def bound_label(value: str | None, limit: int = LABEL_VALUE_LIMIT) -> str:
 
 
 _PHASE_VALUES = tuple((phase, phase.value) for phase in PHASE_ORDER)
-_CAUSE_VALUES = tuple((cause, cause.value) for cause in CrashCause)
+# pending is what last_crash_info says before a crash settles; it is never counted
+_CAUSE_VALUES = tuple((c, c.value) for c in CrashCause if c is not CrashCause.PENDING)
 _SKIP_REASONS = frozenset(SKIP_REASONS)
 
 
@@ -361,14 +362,17 @@ METRICS: tuple[MetricDefinition, ...] = (
     MetricDefinition(
         "vllm_sentinel_unit_crashes_total",
         _C,
-        "Crashes of the unit by root cause (every cause is present, 0 until seen).",
+        "Crashes of the unit by settled root cause (every cause but pending is present, 0 until "
+        "seen).",
         (*_HU, "cause"),
         _unit_crashes,
     ),
     MetricDefinition(
         "vllm_sentinel_unit_last_crash_info",
         _G,
-        "Always 1: the unit's last crash, its root cause and the phase it crashed in.",
+        "Always 1: the unit's last crash, its root cause and the phase it crashed in; cause "
+        "pending while the crash is not settled and only a wrapper, a consequence or a signal "
+        "was seen so far.",
         (*_HU, "cause", "phase", "exception", "message"),
         _unit_last_crash_info,
     ),

@@ -83,7 +83,12 @@ def replay(
 
     def factory(name: str, host: str | None) -> UnitTracker:
         return UnitTracker(
-            name, host, matcher=matcher, benign=benign, reference_year=reference_year
+            name,
+            host,
+            matcher=matcher,
+            benign=benign,
+            reference_year=reference_year,
+            settle_while_feeding=False,  # a post-mortem settles at the end of its input
         )
 
     trackers = TrackerSet((unit,) if unit else (), default_unit=text_unit, factory=factory)

@@ -5,7 +5,8 @@ around each line, found by a table (``WRAPPERS``): journald's short formats
 (``Mon DD HH:MM:SS host ident[pid]: `` — month names in any language — and ``short-iso``),
 ``kubectl logs --timestamps`` / ``docker logs -t`` RFC 3339 stamps, docker-compose
 ``name  | `` (followed by an RFC 3339 stamp with ``docker compose logs -t``), a Docker UI
-``YYYY-MM-DD HH:MM:SS.mmm | `` and TorchServe's ``MODEL_LOG - ``.
+``YYYY-MM-DD HH:MM:SS.mmm | ``, TorchServe's ``MODEL_LOG - `` and an application launcher's
+``YYYY-MM-DD HH:MM:SS.mmm [Level] (Source) ``.
 ANSI colour is removed first; tqdm ``\\r`` refreshes are collapsed later by ``vllm_line``.
 
 Never raises on input: invalid UTF-8 is replaced (counted in ``repaired``), a line longer than
@@ -68,6 +69,18 @@ WRAPPERS: tuple[Wrapper, ...] = (
         "torchserve",
         re.compile(
             r"(?P<iso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:[.,]\d+)? \[\w+\s*\] \S+ MODEL_LOG - ?"
+        ),
+        "digit",
+    ),
+    Wrapper(
+        # an application launcher's own log line around the child's output: Lemonade server
+        # (lemonade-sdk) `2026-05-08 11:47:02.257 [Error] (Process) …`, and the same shape of
+        # other launchers (a stamp, a bracketed level word, an optional parenthesised source)
+        "launcher",
+        re.compile(
+            r"(?P<iso>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?) "
+            r"\[(?i:trace|debug|info|information|warn|warning|error|critical|fatal)\] "
+            r"(?:\([\w .-]{1,40}\) )?"
         ),
         "digit",
     ),

@@ -34,6 +34,10 @@ _ORPHAN_EXCEPTION_LINE = re.compile(
     r"(?P<cls>(?:[A-Za-z_]\w*\.){0,8}(?:[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Fault|Failure)"
     r"|Exception|KeyboardInterrupt))(?:: (?P<msg>.*))?$"
 )
+# A tqdm bar ("Loading safetensors checkpoint shards:  50% Completed | 1/2 [00:01<00:01, …]",
+# "Capturing CUDA graphs: 100%|██████████| 67/67 [00:10<00:00, 6.1it/s]"): another process's
+# progress printed in the middle of a traceback, never its exception line.
+_PROGRESS_BAR = re.compile(r"\d{1,3}%(?: Completed)? ?\||\| *\d+/\d+ \[\d")
 _ERROR_LEVELS = frozenset({"ERROR", "CRITICAL"})
 _MAX_CLASS = 200  # an exception "class" may be a whole hostile line: keep it short
 _QUIET_LEVELS = frozenset({"DEBUG", "INFO", "WARNING"})
@@ -69,10 +73,14 @@ class ExceptionEvent(NamedTuple):
     in_traceback: bool
 
 
+_OPEN = frozenset({_State.FRAMES, _State.CHAIN})
+
+
 class _Stream:
-    __slots__ = ("chained", "context", "logged", "state")
+    __slots__ = ("chained", "context", "logged", "state", "survivor")
 
     def __init__(self) -> None:
+        self.survivor = False  # kept open across a new process's banner (``reset``)
         self.state = _State.IDLE
         self.context: str | None = None
         self.logged = False
@@ -101,9 +109,25 @@ class TracebackAssembler:
         return stream
 
     def reset(self) -> None:
-        """Forget every stream: the processes that wrote them are gone (a new process started
-        in their place, as after a container restart that reuses the PIDs)."""
+        """Forget the streams of processes that are gone (a new process started in their
+        place, as after a container restart that reuses the PIDs).
+
+        A traceback still open (header and frames read, no exception line yet) is kept: the
+        dying process is still printing it, and its rest may arrive after the new process's
+        first lines. As its PID may belong to a new process by then, such a traceback takes
+        only a line shaped like its rest (a frame, or an exception line naming an exception
+        class); any other line ends it.
+        """
+        open_streams = {key: s for key, s in self._streams.items() if s.state in _OPEN}
         self._streams.clear()
+        for key, stream in open_streams.items():
+            stream.survivor = True  # its PID may be a new process's now: see ``feed``
+            self._streams[key] = stream
+
+    def is_open(self, key: object) -> bool:
+        """True while stream ``key`` is inside a traceback that has no exception line yet."""
+        stream = self._streams.get(key)
+        return stream is not None and stream.state in _OPEN
 
     def context_of(self, key: object) -> str | None:
         """The last plain line the stream printed (what a traceback would be about)."""
@@ -138,6 +162,7 @@ class TracebackAssembler:
             return False, None, False  # hot path: a logged INFO line of a quiet process
         if body.startswith(_TRACEBACK):
             stream = stream or self._stream(key)
+            stream.survivor = False
             stream.chained = stream.state is _State.CHAIN
             stream.state = _State.FRAMES
             stream.logged = has_header
@@ -155,7 +180,13 @@ class TracebackAssembler:
                 return True, None, False
             if has_header and level not in _ERROR_LEVELS:
                 return False, None, False  # another thread's log line in between: not ours
+            if stream.survivor and _ORPHAN_EXCEPTION_LINE.match(body) is None:
+                stream.state = _State.IDLE  # a new process's line, not the old exception line
+                stream.survivor = False
+                return self._idle(key, stream, body, level, has_header)
             found = _EXCEPTION_LINE.match(body)
+            if found is None and _PROGRESS_BAR.search(body) is not None:
+                return False, None, False  # another process's progress bar: not ours
             exception, message = (
                 (found.group("cls"), found.group("msg") or "") if found else (body, "")
             )

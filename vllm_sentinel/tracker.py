@@ -33,12 +33,13 @@ from types import MappingProxyType
 from vllm_sentinel.causes import (
     BenignMatcher,
     CrashCause,
+    Evidence,
     EvidenceKind,
     classify_exception,
-    classify_stderr_line,
     is_request_error,
 )
 from vllm_sentinel.crash import CrashBook
+from vllm_sentinel.failure_lines import Effect, FailureMatch, classify_failure_line
 from vllm_sentinel.incarnation import Incarnation, parse_int, read_figures
 from vllm_sentinel.incarnations import Incarnations
 from vllm_sentinel.line_clock import LineClock
@@ -62,6 +63,7 @@ _STARTUP = frozenset(STARTUP_PHASES)
 _TP_SIZE = re.compile(r"tensor_parallel_size[=':\s]+(\d{1,4})")
 _ERROR_LEVELS = frozenset({"ERROR", "CRITICAL"})
 _MAX_CACHED_UNITS = 1024
+_MAX_TRACE_OWNERS = 256
 _JSON = LineKind.JSON
 # Marker events whose only effect is a phase move (no figures, no special handling).
 _PLAIN_EVENTS = frozenset(Event) - {
@@ -103,6 +105,11 @@ class UnitTracker:
         reference_year: year for timestamps that have none (vLLM's header) until a record
             with a full time is seen.
         settle_seconds: log-time delay before a crash is counted with its cause.
+        traceback_hold_seconds: how long (after its end) a crash may wait for the rest of a
+            traceback its process is still printing.
+        settle_while_feeding: settle crashes as log time passes (the daemon); False settles
+            only in ``advance`` and ``finish`` (``replay``: nothing settles before the end of
+            its input, however long the gap to the next line).
 
     Attributes:
         counting: while False, records rebuild incarnations, phases and the last crash but a
@@ -123,12 +130,22 @@ class UnitTracker:
         max_incarnations: int = 8,
         reference_year: int = 1970,
         settle_seconds: float = 30.0,
+        traceback_hold_seconds: float = 300.0,
+        settle_while_feeding: bool = True,
     ) -> None:
         self.unit = unit
         self.host = host
         self._matcher = matcher or MarkerMatcher()
         self._benign = benign or BenignMatcher()
-        self._crashes = CrashBook(settle_seconds)
+        self._crashes = CrashBook(settle_seconds, traceback_hold_seconds)
+        self._settle_while_feeding = settle_while_feeding
+        # PID → the incarnation whose traceback that process is printing (the traceback's
+        # rest belongs there, and holds its crash unsettled while it is open)
+        self._trace_owner: dict[int | None, Incarnation] = {}
+        # PID → its last ERROR line that was neither a marker nor part of a traceback, and the
+        # stand-in evidence made of it when a logged traceback followed (see _stand_in)
+        self._last_error: dict[int | None, str] = {}
+        self._stand_ins: dict[int | None, tuple[Incarnation, Evidence]] = {}
         self._incs = Incarnations(self._crashes, max_incarnations)
         self._tracebacks = TracebackAssembler()
         self._clock = LineClock(reference_year)
@@ -199,8 +216,8 @@ class UnitTracker:
                     feed_line(record, line, time)
             else:
                 feed_line(record, message, time)
-            if crashes.unsettled:
-                crashes.settle_due(self._latest_time)
+            if crashes.unsettled and self._settle_while_feeding:
+                crashes.settle_due(self._latest_time, self._printing_traceback)
         return applied
 
     def advance(self, now: datetime) -> bool:
@@ -213,7 +230,7 @@ class UnitTracker:
             True when something settled: the snapshot may have changed (the Monitor rebuilds
             only the snapshots of trackers that changed).
         """
-        if not self._crashes.settle_due(now):
+        if not self._crashes.settle_due(now, self._printing_traceback):
             return False
         self._snapshot = None
         return True
@@ -229,6 +246,13 @@ class UnitTracker:
     def unsettled_since(self) -> datetime | None:
         """When the earliest crash that will count but is not counted yet ended (UTC)."""
         return self._crashes.unsettled_since()
+
+    def _printing_traceback(self, incarnation: Incarnation) -> bool:
+        """True while a process of ``incarnation`` is inside a traceback (no exception yet)."""
+        is_open = self._tracebacks.is_open
+        return any(
+            owner is incarnation and is_open(pid) for pid, owner in self._trace_owner.items()
+        )
 
     def current_pids(self) -> tuple[int, ...]:
         """PIDs the journal showed for the current incarnation (GPU attribution fallback)."""
@@ -283,7 +307,19 @@ class UnitTracker:
         ):
             incarnation = self._incs.start(None, time)
             self._incs.release_pids(incarnation)
-            self._tracebacks.reset()  # the old processes' tracebacks end with them
+            self._tracebacks.reset()  # the old processes' tracebacks end with them (open ones
+            # go on: a dying process may still be printing one)
+        trace_owner = self._trace_owner
+        if started:
+            if len(trace_owner) >= _MAX_TRACE_OWNERS and pid not in trace_owner:
+                del trace_owner[next(iter(trace_owner))]
+            trace_owner[pid] = incarnation
+        elif consumed:
+            owner = trace_owner.get(pid)
+            if owner is not None and owner is not incarnation and invocation_id is None:
+                incarnation = owner  # the rest of a traceback goes where it began
+        elif trace_owner and pid in trace_owner:
+            del trace_owner[pid]
         self.records_by_level[self._level_names.get(level, "none") if level else "none"] += 1
         if kind is not LineKind.RAW or consumed or found is not None or line_pid is not None:
             self.recognized_lines += 1  # vLLM's shape: a header, prefix, marker or traceback
@@ -299,24 +335,59 @@ class UnitTracker:
             incarnation.max_rank = rank
         if event is not Event.HEARTBEAT:
             incarnation.last_progress_at = time
-        if started and not has_header:
-            self._on_uncaught_traceback(incarnation, pid, time)
+        if started:
+            if not has_header:
+                self._on_uncaught_traceback(incarnation, pid, time)
+            elif level in _ERROR_LEVELS and self._last_error:
+                self._stand_in(incarnation, pid, kind, role, time)
         if exception is not None:
+            if self._stand_ins and not exception.chained:
+                self._drop_stand_in(pid)
             self._on_exception(incarnation, exception, kind, role, time)
         elif found is not None:
             self._on_marker(incarnation, found, body, time)
-        elif (
-            not consumed
-            and kind is LineKind.RAW
-            and incarnation.phase in _STARTUP
-            and not incarnation.ended
-        ):
-            cause = classify_stderr_line(body)
-            if cause is not None:
-                self._crashes.add_evidence(incarnation, cause, EvidenceKind.NOISE, "", body, time)
-        if level in _ERROR_LEVELS and not consumed and self._benign.matches(body):
-            incarnation.benign_errors += 1
-            self.benign_errors_total += 1
+        elif not consumed and kind is LineKind.RAW and not incarnation.ended:
+            failure = classify_failure_line(body)
+            if failure is not None:
+                self._on_failure_line(incarnation, failure, time)
+        if level in _ERROR_LEVELS and not consumed:
+            if self._benign.matches(body):
+                incarnation.benign_errors += 1
+                self.benign_errors_total += 1
+            elif found is None and exception is None:
+                if len(self._last_error) >= _MAX_TRACE_OWNERS and pid not in self._last_error:
+                    del self._last_error[next(iter(self._last_error))]
+                self._last_error[pid] = body
+
+    def _stand_in(
+        self,
+        incarnation: Incarnation,
+        pid: int | None,
+        kind: LineKind,
+        role: Role | None,
+        time: datetime | None,
+    ) -> None:
+        """A logged traceback began right after an ERROR line of the same process.
+
+        ``logger.exception(e)`` (vLLM's V0 engine, plugins) logs ``str(e)`` and then the
+        traceback, so that line is the exception's message: it stands in for the exception
+        line, which excerpts and dying processes often cut off, until that line arrives.
+        """
+        message = self._last_error.pop(pid, None)
+        if message is None or message != self._tracebacks.context_of(pid):
+            return
+        event = ExceptionEvent("", message, None, True, False, True)
+        evidence = self._on_exception(incarnation, event, kind, role, time)
+        if evidence is not None:
+            self._stand_ins[pid] = (incarnation, evidence)
+
+    def _drop_stand_in(self, pid: int | None) -> None:
+        """The real exception line arrived: its message's stand-in is no longer evidence."""
+        owner = self._stand_ins.pop(pid, None)
+        if owner is not None:
+            incarnation, evidence = owner
+            if evidence in incarnation.evidence:
+                incarnation.evidence.remove(evidence)
 
     # --- systemd -------------------------------------------------------------------------
 
@@ -388,14 +459,12 @@ class UnitTracker:
             self._crashes.add_evidence(
                 incarnation, CrashCause.HOST_OOM, EvidenceKind.REAL, "", line, time
             )
-            if not incarnation.ended:
-                incarnation.fatal_pending_at = time
+            incarnation.mark_fatal(time)
         elif event is SystemdEvent.START_TIMED_OUT:
             self._crashes.add_evidence(
                 incarnation, CrashCause.TIMEOUT, EvidenceKind.REAL, "", line, time
             )
-            if not incarnation.ended:
-                incarnation.fatal_pending_at = time
+            incarnation.mark_fatal(time)
 
     def _on_exit(
         self, incarnation: Incarnation, groups: Mapping[str, str | None], time: datetime | None
@@ -454,8 +523,8 @@ class UnitTracker:
             if event is Event.FATAL:
                 if marker.terminal:
                     self._crashes.end(incarnation, Outcome.CRASHED, time)
-                elif incarnation.fatal_pending_at is None:
-                    incarnation.fatal_pending_at = time
+                else:
+                    incarnation.mark_fatal(time)
             return
         if event is Event.PROCESS_STARTED:
             incarnation.has_banner = True
@@ -481,38 +550,56 @@ class UnitTracker:
         line_kind: LineKind,
         role: Role | None,
         time: datetime | None,
-    ) -> None:
+    ) -> Evidence | None:
+        """An exception line (or a stand-in): evidence, and a crash pending or ended.
+
+        Returns:
+            The evidence kept, or ``None`` when the exception is not evidence (a request's
+            error, a benign one, one while shutting down).
+        """
         if is_request_error(exception.exception, exception.message, exception.context):
-            return
+            return None
         if exception.context is not None and self._benign.matches(exception.context):
-            return
+            return None
         if incarnation.stop_requested and not incarnation.ended:
-            return  # errors while shutting down (EngineDeadError on SIGTERM) are not crashes
-        if incarnation.ended and incarnation.settled:
-            return
+            return None  # errors while shutting down (EngineDeadError on SIGTERM): no crash
         if incarnation.outcome is Outcome.STOPPED:
-            return
+            return None
         cause, kind = classify_exception(exception.exception, exception.message)
-        self._crashes.add_evidence(
+        evidence = self._crashes.add_evidence(
             incarnation, cause, kind, exception.exception, exception.message, time
         )
         if incarnation.ended:
-            return
+            return evidence
         context = exception.context or ""
         uncaught = not exception.logged and not context.startswith(_NOT_PROCESS_DEATH)
         if incarnation.phase in _STARTUP:
             if uncaught and exception.in_traceback and line_kind is LineKind.RAW:
                 self._crashes.end(incarnation, Outcome.CRASHED, time)
-            elif incarnation.fatal_pending_at is None and not context.startswith(
-                _NOT_PROCESS_DEATH
-            ):
-                incarnation.fatal_pending_at = time  # a thread's exception kills no process
-        elif (
-            uncaught
-            and role in (None, Role.API_SERVER, Role.MAIN)
-            and incarnation.fatal_pending_at is None
+            elif not context.startswith(_NOT_PROCESS_DEATH):
+                incarnation.mark_fatal(time)  # a thread's exception kills no process
+        elif uncaught and role in (None, Role.API_SERVER, Role.MAIN):
+            incarnation.mark_fatal(time)
+        return evidence
+
+    def _on_failure_line(
+        self, incarnation: Incarnation, failure: FailureMatch, time: datetime | None
+    ) -> None:
+        """A line that is not vLLM's says a process failed (``failure_lines``)."""
+        row = failure.row
+        crashes = self._crashes
+        if row.effect is Effect.ENDS and (
+            failure.outcome is Outcome.STOPPED or incarnation.stop_requested
         ):
-            incarnation.fatal_pending_at = time
+            crashes.end_cleanly(incarnation, time)  # a stop, or a kill that ends one
+            return
+        if incarnation.stop_requested:
+            return  # what breaks while shutting down is not a crash
+        crashes.add_evidence(incarnation, failure.cause, row.kind, "", failure.message, time)
+        if row.effect is Effect.ENDS:
+            crashes.end(incarnation, Outcome.CRASHED, time)
+        elif row.effect is Effect.FATAL:
+            incarnation.mark_fatal(time)
 
     def _on_uncaught_traceback(
         self, incarnation: Incarnation, pid: int | None, time: datetime | None
@@ -523,8 +610,7 @@ class UnitTracker:
         context = self._tracebacks.context_of(pid) or ""
         if context.startswith(_NOT_PROCESS_DEATH) or incarnation.phase not in _STARTUP:
             return
-        if incarnation.fatal_pending_at is None:
-            incarnation.fatal_pending_at = time
+        incarnation.mark_fatal(time)
 
     def _advance(self, incarnation: Incarnation, phase: Phase, time: datetime | None) -> None:
         """Move ``incarnation`` forward to ``phase``, timing the startup phase it leaves."""

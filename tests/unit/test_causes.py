@@ -13,7 +13,6 @@ from vllm_sentinel.causes import (
     EvidenceKind,
     choose_root_cause,
     classify_exception,
-    classify_stderr_line,
     is_request_error,
 )
 
@@ -201,12 +200,3 @@ class TestNoise:
         assert is_request_error("vllm.exceptions.VLLMValidationError", "too long", None)
         assert is_request_error("ValueError", "x", "Error in preprocessing prompt inputs")
         assert not is_request_error("RuntimeError", "CUDA error", "EngineCore failed to start.")
-
-    def test_linker_output(self) -> None:
-        """A build tool's stderr names the failure when the exception was cut off."""
-        assert (
-            classify_stderr_line("/usr/bin/ld: cannot find -lcuda: No such file or directory")
-            is C.COMPILE_ERROR
-        )
-        assert classify_stderr_line("ninja: build stopped: subcommand failed.") is C.JIT_BUILD_ERROR
-        assert classify_stderr_line("INFO all good") is None

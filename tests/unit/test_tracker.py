@@ -169,6 +169,10 @@ class TestIncarnations:
             tracker.feed(journal.at(seconds).line(text, None)._replace(cursor=None))
         first, second = tracker.snapshot().incarnations
         assert first.outcome is Outcome.CRASHED and second.phase is Phase.STARTING
+        # no evidence but the restart: pending until it settles, then unknown
+        assert first.crash is not None and first.crash.cause is CrashCause.PENDING
+        tracker.finish()
+        first, _ = tracker.snapshot().incarnations
         assert first.crash is not None and first.crash.cause is CrashCause.UNKNOWN
 
 
@@ -289,6 +293,10 @@ class TestPhases:
             )
         )
         tracker.feed(journal.systemd("u: Main process exited, code=killed, status=9/KILL", A))
+        current = tracker.snapshot().current
+        assert current is not None and current.crash is not None
+        assert current.crash.cause is CrashCause.PENDING  # a signal may have a cause above it
+        tracker.advance(journal.now + timedelta(seconds=31))
         current = tracker.snapshot().current
         assert current is not None and current.crash is not None
         assert current.crash.cause is CrashCause.KILLED

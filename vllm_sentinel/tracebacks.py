@@ -10,7 +10,9 @@ same time, so lines are keyed by process (PID from vLLM's prefix or the journal)
 The assembler keeps a few words of state per stream, never the frames: a traceback that never
 ends costs nothing. It yields an ``ExceptionEvent`` for each exception line, including every
 link of a chain (``The above exception was the direct cause…``, ``During handling…``), and for
-an exception line met without its traceback (excerpts often start there). A line with vLLM's
+an exception line met without its traceback (excerpts often start there). A traceback logged at INFO/DEBUG/WARNING level (``logger.warning(…, exc_info=True)``: an
+exception the process handled) is read as one record and yields nothing: it is never the
+failure, and it ends at the first line that is not part of that record. A line with vLLM's
 header at INFO/DEBUG/WARNING level ends a traceback after its exception line, and a raw one in
 its frames: after a container restart the same PID prints the new process's logo, whose lines
 start with blanks like a frame or a continuation of the exception message.
@@ -77,9 +79,10 @@ _OPEN = frozenset({_State.FRAMES, _State.CHAIN})
 
 
 class _Stream:
-    __slots__ = ("chained", "context", "logged", "state", "survivor")
+    __slots__ = ("chained", "context", "logged", "quiet", "state", "survivor")
 
     def __init__(self) -> None:
+        self.quiet: str | None = None  # the level of a traceback logged at INFO/WARNING/DEBUG
         self.survivor = False  # kept open across a new process's banner (``reset``)
         self.state = _State.IDLE
         self.context: str | None = None
@@ -118,7 +121,9 @@ class TracebackAssembler:
         only a line shaped like its rest (a frame, or an exception line naming an exception
         class); any other line ends it.
         """
-        open_streams = {key: s for key, s in self._streams.items() if s.state in _OPEN}
+        open_streams = {
+            key: s for key, s in self._streams.items() if s.state in _OPEN and s.quiet is None
+        }
         self._streams.clear()
         for key, stream in open_streams.items():
             stream.survivor = True  # its PID may be a new process's now: see ``feed``
@@ -127,7 +132,7 @@ class TracebackAssembler:
     def is_open(self, key: object) -> bool:
         """True while stream ``key`` is inside a traceback that has no exception line yet."""
         stream = self._streams.get(key)
-        return stream is not None and stream.state in _OPEN
+        return stream is not None and stream.state in _OPEN and stream.quiet is None
 
     def context_of(self, key: object) -> str | None:
         """The last plain line the stream printed (what a traceback would be about)."""
@@ -166,10 +171,17 @@ class TracebackAssembler:
             stream.chained = stream.state is _State.CHAIN
             stream.state = _State.FRAMES
             stream.logged = has_header
-            return True, None, not stream.chained
+            stream.quiet = level if has_header and level in _QUIET_LEVELS else None
+            return True, None, not stream.chained and stream.quiet is None
         if stream is None or stream.state is _State.IDLE:
             return self._idle(key, stream, body, level, has_header)
         state = stream.state
+        if stream.quiet is not None:
+            if has_header and level == stream.quiet:
+                return True, None, False  # the rest of a handled exception's logged record
+            stream.quiet = None  # that record is complete: this line is something else
+            stream.state = _State.IDLE
+            return self._idle(key, stream, body, level, has_header)
         if state is _State.FRAMES:
             if not body or body[0] in " \t" or body.startswith("[Previous line repeated"):
                 if body and has_header and level in _QUIET_LEVELS:
@@ -222,7 +234,8 @@ class TracebackAssembler:
             stream.state = _State.FRAMES
             stream.logged = has_header
             stream.chained = False
-            return True, None, True
+            stream.quiet = level if has_header and level in _QUIET_LEVELS else None
+            return True, None, stream.quiet is None
         if level is None or level in _ERROR_LEVELS:
             found = _ORPHAN_EXCEPTION_LINE.match(body)
             if found is not None:

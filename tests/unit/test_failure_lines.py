@@ -1,0 +1,279 @@
+"""Failure lines that are not Python exceptions, every accelerator's words, handled tracebacks.
+
+Issue 10, classes 3–6. Lines are real: from the shared corpus (file named), from vLLM's and
+NCCL's format strings (file named), or as the issue quotes them from real reports.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from vllm_sentinel.causes import CrashCause, classify_exception
+from vllm_sentinel.failure_lines import FAILURE_LINES, Effect, classify_failure_line
+from vllm_sentinel.phases import Outcome, Phase
+from vllm_sentinel.replay import replay
+from vllm_sentinel.snapshot import UnitSnapshot
+
+C = CrashCause
+
+
+def _replay(lines: list[str]) -> UnitSnapshot:
+    (unit,) = replay([["\n".join(lines).encode() + b"\n"]], reference_year=2026).units
+    return unit
+
+
+class TestTable:
+    """The table itself: each row's example is a real line of its shape."""
+
+    @pytest.mark.parametrize("row", FAILURE_LINES, ids=[row.name for row in FAILURE_LINES])
+    def test_each_example_is_read_by_its_own_row(self, row: object) -> None:
+        found = classify_failure_line(row.example)  # type: ignore[attr-defined]
+        assert found is not None and found.row is row
+
+    def test_rows_name_their_source(self) -> None:
+        for row in FAILURE_LINES:
+            assert row.source.strip() and row.example.strip(), row.name
+
+    @pytest.mark.parametrize(
+        ("line", "cause", "effect"),
+        [
+            # the issue's examples of class 3
+            (
+                "terminate called after throwing an instance of 'c10::Error'",
+                C.UNKNOWN,
+                Effect.FATAL,
+            ),
+            ("  what():  CUDA error: device-side assert triggered", C.CUDA_ERROR, Effect.FATAL),
+            (
+                "host1:7:7 [0] enqueue.cc:1556 NCCL WARN Cuda failure 'out of memory'",
+                C.CUDA_OOM,
+                Effect.EVIDENCE,
+            ),
+            # corpus 311 (vLLM csrc/custom_all_reduce.cuh CUDACHECK)
+            (
+                "Failed: Cuda error /workspace/csrc/custom_all_reduce.cuh:164 'invalid argument'",
+                C.CUDA_ERROR,
+                Effect.FATAL,
+            ),
+            (
+                "Failed: Cuda error /workspace/csrc/custom_all_reduce.cuh:164 "
+                "'an illegal memory access was encountered'",
+                C.CUDA_ILLEGAL_MEMORY_ACCESS,
+                Effect.FATAL,
+            ),
+            (
+                "terminate called after throwing an instance of 'c10::DistBackendError'",
+                C.NCCL_ERROR,
+                Effect.FATAL,
+            ),
+            # class 5: the process manager's word
+            ("Killed", C.KILLED, Effect.ENDS),
+            ("Segmentation fault (core dumped)", C.KILLED, Effect.ENDS),
+            ("Aborted (core dumped)", C.KILLED, Effect.ENDS),
+            (
+                "./serve.sh: line 12:  4242 Killed                  python -m vllm.entrypoints."
+                "openai.api_server --model /models/llama",
+                C.KILLED,
+                Effect.ENDS,
+            ),
+            ("vllm-1 exited with code 137", C.KILLED, Effect.ENDS),
+            ("command terminated with exit code 137", C.KILLED, Effect.ENDS),
+            ("Fatal Python error: Segmentation fault", C.KILLED, Effect.ENDS),
+        ],
+    )
+    def test_cause_and_effect(self, line: str, cause: CrashCause, effect: Effect) -> None:
+        found = classify_failure_line(line)
+        assert found is not None
+        assert (found.cause, found.row.effect) == (cause, effect)
+
+    @pytest.mark.parametrize(
+        "line",
+        [
+            "vllm-1 exited with code 0",
+            "Terminated",
+            "./serve.sh: line 12:  4242 Terminated              python -m vllm.entrypoints",
+        ],
+    )
+    def test_a_clean_exit_or_sigterm_is_a_stop(self, line: str) -> None:
+        found = classify_failure_line(line)
+        assert found is not None and found.outcome is Outcome.STOPPED
+
+    @pytest.mark.parametrize(
+        "line",
+        [
+            "Out of memory: Killed process 4242 (python3)",  # the kernel's: systemd markers
+            "INFO 05-01 10:00:00 [loader.py:1] Killed the old cache",
+            "Loading safetensors checkpoint shards:  50% Completed | 1/2 [00:01<00:01]",
+            "host1:7:7 [0] NCCL INFO Channel 00/02 :    0   1",
+            "frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x57",
+        ],
+    )
+    def test_lines_that_are_not_failures(self, line: str) -> None:
+        assert classify_failure_line(line) is None
+
+
+class TestNativeFailures:
+    """Class 3: the first native failure is the root cause; the Python noise after it is not."""
+
+    def test_cxx_abort_then_python_noise(self) -> None:
+        unit = _replay(
+            [
+                "INFO 09-10 09:37:01 [gpu_model_runner.py:3425] Starting to load model /m...",
+                "INFO 09-10 09:37:20 [default_loader.py:291] Loading weights took 18.20 seconds",
+                "terminate called after throwing an instance of 'c10::Error'",
+                "  what():  CUDA error: device-side assert triggered",
+                "Task exception was never retrieved",
+                "zmq.error.ZMQError: Operation not supported",
+                "ERROR 09-10 09:37:41 [multiproc_executor.py:314] Worker proc VllmWorker-0 died "
+                "unexpectedly (exit code: -6), shutting down executor.",
+            ]
+        )
+        crash = unit.last_crash
+        assert crash is not None
+        assert (crash.cause, crash.message) == (
+            C.CUDA_ERROR,
+            "  what():  CUDA error: device-side assert triggered",
+        )
+        assert crash.phase is Phase.LOADING_WEIGHTS
+
+    def test_nccl_cuda_failure_out_of_memory(self) -> None:
+        unit = _replay(
+            [
+                "(Worker_TP1 pid=236) INFO 08-20 10:00:00 [pynccl.py:69] vLLM is using nccl==2.21.5",
+                "(Worker_TP1 pid=236) host1:236:236 [1] enqueue.cc:1556 NCCL WARN Cuda failure "
+                "'out of memory'",
+                "(Worker_TP1 pid=236) ERROR 08-20 10:00:01 [multiproc_executor.py:527] WorkerProc "
+                "hit an exception.",
+            ]
+        )
+        assert unit.last_crash is not None and unit.last_crash.cause is C.CUDA_OOM
+
+
+class TestEveryAcceleratorsOutOfMemory:
+    """Class 4: device OOM is cuda_oom whatever the vendor; the vendor stays in the message."""
+
+    @pytest.mark.parametrize(
+        ("exception", "message"),
+        [
+            ("torch.OutOfMemoryError", "HIP out of memory. Tried to allocate 12.95 GiB."),  # 313
+            ("RuntimeError", "NPU out of memory. Tried to allocate 11.50 GiB (NPU 15; …)"),  # 309
+            ("torch.OutOfMemoryError", "XPU out of memory. Tried to allocate 2.00 GiB."),
+            ("RuntimeError", "HIP error: out of memory"),
+            ("RuntimeError", "hipErrorOutOfMemory"),
+            (
+                "RuntimeError",
+                "level_zero backend failed with error: 39 (UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY)",
+            ),
+            (
+                "jaxlib.xla_extension.XlaRuntimeError",
+                "RESOURCE_EXHAUSTED: Error allocating "
+                "device buffer: Attempting to allocate 1.00G. That was not possible.",
+            ),
+            ("RuntimeError", "Ran out of memory in memory space hbm. Used 17.2G of 15.75G hbm."),
+            (
+                "torch._inductor.exc.InductorError",
+                "RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB.",
+            ),
+        ],
+    )
+    def test_device_oom(self, exception: str, message: str) -> None:
+        assert classify_exception(exception, message)[0] is C.CUDA_OOM
+
+    def test_host_words_are_not_device_oom(self) -> None:
+        assert classify_exception("OSError", "[Errno 12] Cannot allocate memory")[0] is not (
+            C.CUDA_OOM
+        )
+
+
+class TestProcessManagersWord:
+    """Class 5: the shell or runtime says the process is gone, even after ready."""
+
+    READY = [
+        "(APIServer pid=4242) INFO 05-01 10:00:00 [api_server.py:1043] vLLM API server version "
+        "0.8.5",
+        "(APIServer pid=4242) INFO:     Application startup complete.",
+        "(APIServer pid=4242) INFO 05-01 10:05:00 [loggers.py:111] Engine 000: Avg prompt "
+        "throughput: 0.0 tokens/s, Avg generation throughput: 0.0 tokens/s, Running: 0 reqs",
+    ]
+
+    @pytest.mark.parametrize(
+        "last",
+        [
+            "./serve.sh: line 12:  4242 Killed                  python -m vllm.entrypoints."
+            "openai.api_server --model /models/llama",
+            "Segmentation fault (core dumped)",
+            "vllm-1 exited with code 137",
+        ],
+    )
+    def test_death_after_ready(self, last: str) -> None:
+        unit = _replay([*self.READY, last])
+        current = unit.current
+        assert current is not None and current.outcome is Outcome.CRASHED
+        assert current.furthest_phase is Phase.READY
+        assert current.crash is not None and current.crash.cause is C.KILLED
+        assert current.crash.message == last
+
+    def test_exit_code_zero_is_a_stop(self) -> None:
+        unit = _replay([*self.READY, "vllm-1 exited with code 0"])
+        assert unit.current is not None and unit.current.outcome is Outcome.STOPPED
+
+    def test_a_real_cause_outranks_the_signal(self) -> None:
+        unit = _replay(
+            [
+                *self.READY,
+                "Failed: Cuda error /workspace/csrc/custom_all_reduce.cuh:164 'invalid argument'",
+                "Aborted (core dumped)",
+            ]
+        )
+        assert unit.last_crash is not None and unit.last_crash.cause is C.CUDA_ERROR
+
+
+class TestTracebacksThatAreNotTheFailure:
+    """Class 6: a handled (WARNING) traceback neither swallows nor outranks a later failure."""
+
+    def test_warning_traceback_then_jit_build_failure_after_graph_capture(self) -> None:
+        warn = "(EngineCore_DP0 pid=7) WARNING 05-01 10:00:05 [cuda.py:98] "
+        unit = _replay(
+            [
+                "(APIServer pid=1) INFO 05-01 10:00:00 [api_server.py:1043] vLLM API server "
+                "version 0.11.0",
+                warn + "Failed to import flash_attn varlen kernel, falling back.",
+                warn + "Traceback (most recent call last):",
+                warn + '  File "/usr/lib/python3/dist-packages/vllm/attention/utils.py", line 40, '
+                "in <module>",
+                warn + "    from flash_attn import flash_attn_varlen_func",
+                warn + "ModuleNotFoundError: No module named 'flash_attn'",
+                "(EngineCore_DP0 pid=7) INFO 05-01 10:00:30 [gpu_model_runner.py:2602] Model "
+                "loading took 14.99 GiB and 20.1 seconds",
+                "(EngineCore_DP0 pid=7) INFO 05-01 10:01:30 [gpu_model_runner.py:3480] Graph "
+                "capturing finished in 12 secs, took 0.55 GiB",
+                "(EngineCore_DP0 pid=7) ERROR 05-01 10:01:40 [core.py:708] EngineCore failed to "
+                "start.",
+                "(EngineCore_DP0 pid=7) ERROR 05-01 10:01:40 [core.py:708] Traceback (most recent "
+                "call last):",
+                "(EngineCore_DP0 pid=7) ERROR 05-01 10:01:40 [core.py:708]   File "
+                '"/usr/lib/python3/dist-packages/flashinfer/jit/cpp_ext.py", line 240, in '
+                "run_ninja",
+                "(EngineCore_DP0 pid=7) ERROR 05-01 10:01:40 [core.py:708] RuntimeError: Ninja "
+                "build failed. Ninja output: /bin/sh: 1: nvcc: not found",
+            ]
+        )
+        crash = unit.last_crash
+        assert crash is not None and crash.cause is C.JIT_BUILD_ERROR
+        assert crash.phase is Phase.CAPTURING_CUDA_GRAPHS
+        current = unit.current
+        assert current is not None and current.furthest_phase is Phase.CAPTURING_CUDA_GRAPHS
+
+    def test_a_progress_bar_inside_a_traceback_is_not_its_exception(self) -> None:
+        unit = _replay(
+            [
+                "INFO 05-01 10:00:00 [api_server.py:1043] vLLM API server version 0.8.5",
+                "Traceback (most recent call last):",
+                '  File "/usr/lib/python3/dist-packages/vllm/worker/worker.py", line 10, in x',
+                "Loading safetensors checkpoint shards:  50% Completed | 1/2 [00:01<00:01, 1.2s/it]",
+                "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 60.00 MiB.",
+            ]
+        )
+        crash = unit.last_crash
+        assert crash is not None
+        assert (crash.cause, crash.exception) == (C.CUDA_OOM, "torch.OutOfMemoryError")

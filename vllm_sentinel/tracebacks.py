@@ -10,7 +10,9 @@ same time, so lines are keyed by process (PID from vLLM's prefix or the journal)
 The assembler keeps a few words of state per stream, never the frames: a traceback that never
 ends costs nothing. It yields an ``ExceptionEvent`` for each exception line, including every
 link of a chain (``The above exception was the direct cause…``, ``During handling…``), and for
-an exception line met without its traceback (excerpts often start there). A traceback logged at INFO/DEBUG/WARNING level (``logger.warning(…, exc_info=True)``: an
+an exception line met without its traceback (excerpts often start there).
+
+A traceback logged at INFO/DEBUG/WARNING level (``logger.warning(…, exc_info=True)``: an
 exception the process handled) is read as one record and yields nothing: it is never the
 failure, and it ends at the first line that is not part of that record. A line with vLLM's
 header at INFO/DEBUG/WARNING level ends a traceback after its exception line, and a raw one in

@@ -188,13 +188,13 @@ class TestEveryAcceleratorsOutOfMemory:
 class TestProcessManagersWord:
     """Class 5: the shell or runtime says the process is gone, even after ready."""
 
-    READY = [
+    READY = (
         "(APIServer pid=4242) INFO 05-01 10:00:00 [api_server.py:1043] vLLM API server version "
         "0.8.5",
         "(APIServer pid=4242) INFO:     Application startup complete.",
         "(APIServer pid=4242) INFO 05-01 10:05:00 [loggers.py:111] Engine 000: Avg prompt "
         "throughput: 0.0 tokens/s, Avg generation throughput: 0.0 tokens/s, Running: 0 reqs",
-    ]
+    )
 
     @pytest.mark.parametrize(
         "last",

@@ -22,6 +22,7 @@ from tests.support.journal_writer import (
     MESSAGE_ID_STARTED,
     JournalWriter,
     manager_line,
+    read_journal,
     service_line,
     to_realtime_us,
 )
@@ -645,3 +646,131 @@ async def test_a_directory_of_several_machines_is_followed_whole(
                 lambda s: current_phase(s, UNIT) == "loading_weights",
                 what="a live line of the machine that did not boot last",
             )
+
+
+def _late_restart_entries(
+    clock: Clock, gap: float
+) -> tuple[list[bytes], list[bytes], list[bytes], list[bytes]]:
+    """The flashinfer incident with the restart ``gap`` s after the exit (issue 10, class 1):
+    (start + load, head of the worker's traceback + exit, B's Started, the traceback's rest
+    with the root cause, delivered after B's Started with A's invocation id)."""
+    start = [
+        manager_line(UNIT, A, f"Started {UNIT} - vLLM Kimi K2.5.", MESSAGE_ID_STARTED, clock.us(0)),
+        service_line(
+            UNIT,
+            A,
+            221343,
+            "(Worker_TP0 pid=221343) INFO 11-29 10:00:21 [gpu_model_runner.py:3425] Starting to load model /shared/kimi-k2.5-nvfp4...",
+            clock.us(21),
+        ),
+    ]
+    head = [
+        service_line(UNIT, A, 221350, _tp7(text), clock.us(40))
+        for text in (
+            "WorkerProc failed to start.",
+            "Traceback (most recent call last):",
+            '  File "/usr/lib/python3/dist-packages/vllm/v1/executor/multiproc_executor.py", line 783, in worker_main',
+        )
+    ] + [
+        manager_line(
+            UNIT,
+            A,
+            f"{UNIT}: Main process exited, code=exited, status=1/FAILURE",
+            None,
+            clock.us(80),
+        ),
+        manager_line(UNIT, A, f"{UNIT}: Failed with result 'exit-code'.", None, clock.us(80)),
+    ]
+    restart = [
+        manager_line(
+            UNIT, B, f"Started {UNIT} - vLLM Kimi K2.5.", MESSAGE_ID_STARTED, clock.us(80 + gap)
+        )
+    ]
+    rest = [
+        service_line(UNIT, A, 221350, _tp7(text), clock.us(80 + gap + 1))
+        for text in ("    self.worker.load_model()", f"RuntimeError: {FLASHINFER}")
+    ]
+    return start, head, restart, rest
+
+
+async def test_split_traceback_across_a_restart_70_s_later(
+    journal_writer: JournalWriter, tmp_path: Path
+) -> None:
+    """last_crash_info says pending (never a made-up cause) until the late root cause arrives,
+    although both log time and the daemon's clock are past the 30 s settle; then the real one."""
+    clock = Clock(ago=timedelta(seconds=160))  # the restart is 10 s ago: ticks are past settle
+    start, head, restart, rest = _late_restart_entries(clock, gap=70)
+    write = journal_writer.write_and_flush
+    write(start)
+    journal_writer.wait_until_readable(len(start))
+    config = local_config(journal_writer.path.parent, tmp_path / "state")
+    async with running_daemon(config) as daemon:
+        await daemon.wait_for(lambda s: current_phase(s, UNIT) == "loading_weights", what="load")
+        write(head)
+        write(restart)
+        samples = await daemon.wait_for(
+            lambda s: any(
+                name == "vllm_sentinel_unit_incarnation_info" and ("invocation_id", B) in labels
+                for name, labels in s
+            ),
+            what="B",
+        )
+        await asyncio.sleep(2.5)  # a few ticks: wall clock 80 s after the exit
+        samples = await daemon.metrics()
+        assert value(samples, "vllm_sentinel_unit_last_crash_info", unit=UNIT, cause="pending")
+        assert (
+            sum(v for (n, _), v in samples.items() if n == "vllm_sentinel_unit_crashes_total") == 0
+        )
+        write(rest)
+        samples = await daemon.wait_for(
+            lambda s: (
+                value(s, "vllm_sentinel_unit_crashes_total", unit=UNIT, cause="dependency_mismatch")
+                == 1
+            ),
+            what="root cause counted",
+        )
+        assert (
+            value(
+                samples,
+                "vllm_sentinel_unit_last_crash_info",
+                unit=UNIT,
+                cause="dependency_mismatch",
+                exception="RuntimeError",
+                phase="loading_weights",
+            )
+            == 1
+        )
+        assert (
+            sum(v for (n, _), v in samples.items() if n == "vllm_sentinel_unit_crashes_total") == 1
+        )
+
+
+async def test_replay_reads_a_split_traceback_across_a_restart_70_s_later(
+    journal_writer: JournalWriter, tmp_path: Path
+) -> None:
+    """``journalctl -o json | vllm-sentinel replay -``: the verdict names the late root cause."""
+    clock = Clock(ago=timedelta(days=1))
+    entries = [entry for part in _late_restart_entries(clock, gap=70) for entry in part]
+    journal_writer.write_and_flush(entries)
+    journal_writer.wait_until_readable(len(entries))
+    exported = b"\n".join(read_journal(journal_writer.path)) + b"\n"
+    result = await asyncio.create_subprocess_exec(
+        "vllm-sentinel",
+        "replay",
+        "--output",
+        "json",
+        "-",
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    stdout, stderr = await result.communicate(exported)
+    assert result.returncode == 0, stderr.decode()
+    (unit,) = orjson.loads(stdout)["units"]
+    first, second = unit["incarnations"]
+    assert (first["id"], first["outcome"]) == (A, "crashed")
+    assert (first["crash"]["cause"], first["crash"]["message"]) == (
+        "dependency_mismatch",
+        FLASHINFER,
+    )
+    assert (second["id"], second["outcome"]) == (B, "running")

@@ -8,7 +8,8 @@ real failure (``zmq.error.ZMQError``) and bare signals rank below any real excep
 equals the earliest wins (log time, then arrival). Request-level errors (a 400 for a too-long
 prompt) and benign lines are never evidence.
 
-All tables here are data: ``CAUSE_RULES``, ``WRAPPER_PATTERNS``, ``NOISE_PATTERNS``,
+All tables here are data: ``CAUSE_RULES`` (the words), ``FRAME_RULES`` (where it was raised),
+``WRAPPER_PATTERNS``, ``NOISE_PATTERNS``, ``STOP_REQUEST_PATTERNS``,
 ``REQUEST_ERROR_PATTERNS``, ``DEFAULT_BENIGN_PATTERNS``.
 """
 
@@ -23,8 +24,10 @@ from enum import IntEnum, StrEnum
 __all__ = [
     "CAUSE_RULES",
     "DEFAULT_BENIGN_PATTERNS",
+    "FRAME_RULES",
     "NOISE_PATTERNS",
     "REQUEST_ERROR_PATTERNS",
+    "STOP_REQUEST_PATTERNS",
     "WRAPPER_PATTERNS",
     "BenignMatcher",
     "CauseRule",
@@ -34,6 +37,7 @@ __all__ = [
     "choose_root_cause",
     "classify_exception",
     "is_request_error",
+    "is_stop_request",
 ]
 
 
@@ -185,15 +189,17 @@ CAUSE_RULES: tuple[CauseRule, ...] = (
     CauseRule(
         _C.JIT_BUILD_ERROR,
         r"CalledProcessError: Command '\['ninja'|ninja: build stopped|Error building extension"
-        r"|Ninja build failed"
+        r"|Ninja build failed|Could not find nvcc|nvcc: not found|CUDA_HOME environment variable "
+        r"is not set|cuda_home=\S+ doesn't exist"
         r"|Ninja is required|JIT compil\w+ failed|Command '\['nvcc'|nvcc fatal",
-        "flashinfer / torch.utils.cpp_extension JIT builds",
+        "flashinfer / torch.utils.cpp_extension JIT builds (a missing CUDA toolkit included)",
     ),
     CauseRule(
         _C.COMPILE_ERROR,
         r"InductorError|BackendCompilerFailed|torch\._dynamo\.exc|TorchRuntimeError"
-        r"|CompilationError|LoweringException|cannot find -lcuda|collect2: error",
-        "torch.compile (dynamo, inductor, triton)",
+        r"|CompilationError|LoweringException|cannot find -lcuda|collect2: error"
+        r"|PassManager::run failed|LLVM ERROR|MLIRError|triton\.compiler\.errors",
+        "torch.compile (dynamo, inductor), Triton's MLIR/LLVM compiler",
     ),
     CauseRule(
         _C.PORT_IN_USE,
@@ -250,6 +256,8 @@ WRAPPER_PATTERNS: tuple[str, ...] = (
     r"|Background loop (?:is not running|has errored)|MQEngineDeadError",
     r"died with exit code",
     r"^(?:\w+\.)*\w+: Executor failed\.?$|^Executor failed\.?$",
+    # vLLM's advice logged right before it re-raises the OOM (gpu_model_runner.py 0.13+)
+    r"^Failed to load model - not enough GPU memory",
 )
 """Exceptions that only say "see above": a root cause only when nothing else was seen."""
 
@@ -259,6 +267,33 @@ NOISE_PATTERNS: tuple[str, ...] = (
     r"|CancelledError|KeyboardInterrupt|SystemExit|ProcessLookupError)\b",
 )
 """Exceptions that follow a failure (dead sockets, cancelled tasks)."""
+
+STOP_REQUEST_PATTERNS: tuple[str, ...] = (
+    r"^(?:\w+\.)*KeyboardInterrupt\b",  # SIGINT (Ctrl-C), or asyncio's runner on SIGTERM
+    r"^(?:\w+\.)*SystemExit(?:: (?:0|2|-?15|130|143))?$",  # sys.exit on a stop signal
+)
+"""Exceptions that say the process was asked to stop: a stop, not a crash, and no evidence."""
+
+FRAME_RULES: tuple[CauseRule, ...] = (
+    CauseRule(
+        _C.CONFIG_ERROR,
+        r'/vllm/config(?:/|\.py")|/vllm/engine/arg_utils\.py"|/vllm/entrypoints/openai/cli_args'
+        r'\.py"|/vllm/[\w/]+\.py", line \d+, in (?:validate|verify|_validate|_verify)_\w+$',
+        "vLLM's argument and config validation (vllm/config, engine/arg_utils.py, cli_args.py, "
+        "validate_*/verify_* functions), 0.4–0.33",
+    ),
+    CauseRule(
+        _C.JIT_BUILD_ERROR,
+        r'/flashinfer/jit/|/torch/utils/cpp_extension\.py"|/deep_gemm/jit/|/tvm_ffi/',
+        "JIT builds: FlashInfer, torch.utils.cpp_extension, DeepGEMM",
+    ),
+    CauseRule(
+        _C.COMPILE_ERROR,
+        r"/torch/_inductor/|/torch/_dynamo/|/triton/compiler/|/triton/backends/",
+        "torch.compile (dynamo, inductor) and Triton's compiler",
+    ),
+)
+"""Where an exception was raised (its innermost frame) names the cause when its words do not."""
 
 REQUEST_ERROR_PATTERNS: tuple[str, ...] = (
     r"VLLMValidationError|RequestValidationError|HTTPException|BadRequestError",
@@ -279,17 +314,23 @@ DEFAULT_BENIGN_PATTERNS: tuple[str, ...] = (
 """ERROR/WARNING lines known not to be fatal (``docs/markers.md`` §10)."""
 
 _RULES = tuple((rule.cause, re.compile(rule.pattern)) for rule in CAUSE_RULES)
+_FRAME_RULES = tuple((rule.cause, re.compile(rule.pattern)) for rule in FRAME_RULES)
+_STOP_REQUEST = re.compile("|".join(f"(?:{p})" for p in STOP_REQUEST_PATTERNS))
 _WRAPPER = re.compile("|".join(f"(?:{p})" for p in WRAPPER_PATTERNS))
 _NOISE = re.compile("|".join(f"(?:{p})" for p in NOISE_PATTERNS))
 _REQUEST = re.compile("|".join(f"(?:{p})" for p in REQUEST_ERROR_PATTERNS))
 
 
-def classify_exception(exception: str, message: str) -> tuple[CrashCause, EvidenceKind]:
+def classify_exception(
+    exception: str, message: str, frame: str | None = None
+) -> tuple[CrashCause, EvidenceKind]:
     """Classify an exception line into a cause and how direct it is.
 
     Args:
         exception: the class as printed (may be empty for plain failure lines).
         message: the message text.
+        frame: the innermost traceback frame (``  File "…", line N, in func``), if known:
+            where it was raised names the cause when its words do not (``FRAME_RULES``).
 
     Returns:
         ``(cause, kind)``; an exception that matches no rule is ``(UNKNOWN, REAL)``: a real
@@ -301,11 +342,22 @@ def classify_exception(exception: str, message: str) -> tuple[CrashCause, Eviden
         if pattern.search(text):
             cause = candidate
             break
+    if cause is CrashCause.UNKNOWN and frame:
+        for candidate, pattern in _FRAME_RULES:
+            if pattern.search(frame):
+                cause = candidate
+                break
     if _WRAPPER.search(text):
         return cause, EvidenceKind.WRAPPER
     if _NOISE.search(text):
         return cause, EvidenceKind.NOISE
     return cause, EvidenceKind.REAL
+
+
+def is_stop_request(exception: str, message: str) -> bool:
+    """Say whether an exception means the process was asked to stop (Ctrl-C, SIGTERM)."""
+    text = f"{exception}: {message}" if message else exception
+    return _STOP_REQUEST.search(text) is not None
 
 
 def is_request_error(exception: str, message: str, context: str | None) -> bool:

@@ -95,7 +95,7 @@ class CrashBook:
 
     def end_cleanly(self, incarnation: Incarnation, time: datetime | None) -> None:
         """A stop: crashed if a failure was pending and no stop was asked, else stopped."""
-        if incarnation.fatal_pending_at is not None and not incarnation.stop_requested:
+        if incarnation.fatal_pending and not incarnation.stop_requested:
             self.end(incarnation, Outcome.CRASHED, time)
         else:
             self.end(incarnation, Outcome.STOPPED, time)

@@ -48,6 +48,7 @@ class Effect(Enum):
     EVIDENCE = 0  # only evidence: the process may survive (a warning, a build step)
     FATAL = 1  # the process is aborting: a crash is pending, confirmed by its exit
     ENDS = 2  # the process is gone: the incarnation ends now, in any phase
+    STOP = 3  # the process was asked to stop (a signal handler's report): no evidence
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +66,8 @@ class FailureLine:
         source: the program and file that print it.
         example: a real line of this shape (tests check each row against its example).
         fallback: the cause when ``cause`` is ``None`` and the reason matches no rule.
+        names_vllm: the line itself is about vLLM (a unit whose only line it is still counts
+            as a vLLM log in ``replay``).
     """
 
     name: str
@@ -75,6 +78,7 @@ class FailureLine:
     source: str
     example: str
     fallback: CrashCause = CrashCause.UNKNOWN
+    names_vllm: bool = False
     regex: re.Pattern[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -180,6 +184,15 @@ FAILURE_LINES: tuple[FailureLine, ...] = (
         "CUDA error: an illegal memory access was encountered",
         fallback=_C.CUDA_ERROR,
     ),
+    FailureLine(
+        "signal_handler_report",
+        r"\*\*\* SIG(?:TERM|INT|HUP) received at time=\d+",
+        None,
+        _K.SIGNAL,
+        _E.STOP,
+        "absl/glog failure-signal handler of Ray and other C++ runtimes (logging.cc)",
+        "*** SIGTERM received at time=1748300290 on cpu 8 ***",
+    ),
     # --- build tools -----------------------------------------------------------------------
     FailureLine(
         "linker_error",
@@ -223,6 +236,19 @@ FAILURE_LINES: tuple[FailureLine, ...] = (
         "vllm-1 exited with code 137",
     ),
     FailureLine(
+        "vllm_not_installed",
+        r"^\S*python[\d.]*: (?:Error while finding module specification for '(?:vllm[\w.]*)' "
+        r"\((?P<reason>[^)]*)\)|No module named '?vllm\b)"
+        r"|^(?:\S+: )?(?:line \d+: )?vllm: (?:command )?not found$",
+        _C.IMPORT_ERROR,
+        _K.REAL,
+        _E.ENDS,
+        "CPython runpy (`python -m vllm…` without vLLM installed), the shell (`vllm` not on PATH)",
+        "/srv/app/.venv/bin/python: Error while finding module specification for "
+        "'vllm.entrypoints.openai.api_server' (ModuleNotFoundError: No module named 'vllm')",
+        names_vllm=True,
+    ),
+    FailureLine(
         "python_fatal_signal",
         r"^Fatal Python error: (?P<reason>Segmentation fault|Aborted|Bus error|Floating point "
         r"exception|Illegal instruction)",
@@ -238,7 +264,8 @@ FAILURE_LINES: tuple[FailureLine, ...] = (
 _NEEDLE = re.compile(
     r"terminate called|what\(\)|Failed[:,] |NCCL WARN|\[E\d{4} |(?:CUDA|HIP|cuda|hip) error: "
     r"|cannot find -l|collect2:|ninja:|FAILED: |error: command|nvcc fatal|exited with code"
-    r"|exit code \d|Fatal Python error|" + _SIGNAL_WORDS
+    r"|exit code \d|Fatal Python error|received at time=|module specification|No module named"
+    r"|not found|" + _SIGNAL_WORDS
 )
 _STOP_WORDS = frozenset({"Terminated", "Hangup"})
 _STOP_CODES = frozenset({0, 143, 129})  # exit 0, SIGTERM, SIGHUP: somebody stopped it

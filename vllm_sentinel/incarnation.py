@@ -43,7 +43,8 @@ class Incarnation:
         phase, furthest: the current phase and the furthest startup phase reached.
         timeline: every phase entered, in order.
         evidence: why it may have crashed (``causes.Evidence``), bounded.
-        fatal_pending_at: when a failure was seen that the process exit must confirm.
+        fatal_pending: a failure was seen that the process exit must confirm (log lines
+            without any time included).
         stop_requested / stop_by_manager: a clean stop was asked (by vLLM's log, by systemd).
         fatal_phase: the phase it was in when that failure was seen (the phase it crashed in
             when a shutdown followed the failure).
@@ -62,7 +63,7 @@ class Incarnation:
     ended_at: datetime | None = None
     crash_phase: Phase | None = None
     evidence: list[Evidence] = field(default_factory=list)
-    fatal_pending_at: datetime | None = None
+    fatal_pending: bool = False
     fatal_phase: Phase | None = None  # the phase it was in when the pending failure was seen
     stop_requested: bool = False
     stop_by_manager: bool = False
@@ -121,14 +122,14 @@ class Incarnation:
             self.furthest = phase
         if phase is Phase.READY:
             self.outcome = Outcome.READY
-            self.fatal_pending_at = None  # it became ready after the error: survived
+            self.fatal_pending = False  # it became ready after the error: survived
             self.fatal_phase = None
         return previous
 
-    def mark_fatal(self, time: datetime | None) -> None:
+    def mark_fatal(self) -> None:
         """A failure was seen that the process's exit must confirm (the first one counts)."""
-        if self.fatal_pending_at is None and not self.ended:
-            self.fatal_pending_at = time
+        if not self.fatal_pending and not self.ended:
+            self.fatal_pending = True
             self.fatal_phase = self.phase
 
     def close(self, outcome: Outcome, time: datetime | None) -> None:
@@ -258,6 +259,8 @@ def read_figures(incarnation: Incarnation, event: Event, groups: Mapping[str, st
         value = convert(groups.get(group))
         if value is not None:
             setattr(incarnation, attribute, value)
+    if groups.get("world") == "1" and incarnation.tensor_parallel_size is None:
+        incarnation.tensor_parallel_size = 1  # a world of one process: no tensor parallelism
     workers = parse_int(groups.get("workers"))
     if workers and (incarnation.max_rank is None or workers - 1 > incarnation.max_rank):
         incarnation.max_rank = workers - 1  # a lower bound of TP, like the ranks that logged

@@ -122,7 +122,7 @@ class Incarnations:
         if previous.ended:
             return
         crashes = self._crashes
-        if previous.fatal_pending_at is not None:
+        if previous.fatal_pending:
             crashes.end(previous, Outcome.CRASHED, previous.last_record_at)
         elif previous.stop_requested:
             crashes.end(previous, Outcome.STOPPED, previous.last_record_at)

@@ -13,7 +13,8 @@ varies carry a ``needle`` substring that must be present before the regex runs.
 
 Named groups are the numbers and names a line carries: ``ver`` (vLLM version), ``model``,
 ``tp`` (tensor-parallel size), ``n``/``total`` (progress), ``gib`` (GiB), ``s`` (seconds),
-``tokens`` (KV cache tokens, thousands separators allowed), ``workers`` (worker processes).
+``tokens`` (KV cache tokens, thousands separators allowed), ``workers`` (worker processes),
+``world`` (distributed world size).
 """
 
 from __future__ import annotations
@@ -235,7 +236,7 @@ MARKERS: tuple[Marker, ...] = (
     Marker(
         _E.DISTRIBUTED_INIT,
         _P.INITIALIZING,
-        r"^rank \d+ in world size \d+ is assigned as ",
+        r"^rank \d+ in world size (?P<world>\d{1,6}) is assigned as ",
         "0.8.0–0.33.0",
         "vllm/distributed/parallel_state.py",
     ),

@@ -44,6 +44,7 @@ _ORPHAN_EXCEPTION_LINE = re.compile(
 _PROGRESS_BAR = re.compile(r"\d{1,3}%(?: Completed)? ?\||\| *\d+/\d+ \[\d")
 _ERROR_LEVELS = frozenset({"ERROR", "CRITICAL"})
 _MAX_CLASS = 200  # an exception "class" may be a whole hostile line: keep it short
+_MAX_FRAME = 300
 _QUIET_LEVELS = frozenset({"DEBUG", "INFO", "WARNING"})
 _OPENINGS = (_TRACEBACK, '  File "')  # lines that open a traceback even without a stream
 
@@ -67,6 +68,8 @@ class ExceptionEvent(NamedTuple):
             it), False for raw stderr (uncaught, the process is exiting).
         chained: True for the second and later exceptions of a chain.
         in_traceback: False when the exception line was seen without its traceback.
+        frame: the innermost frame line read (``  File "…/chat_utils.py", line 1033, in
+            validate_chat_template``): where the exception was raised, if known.
     """
 
     exception: str
@@ -75,15 +78,17 @@ class ExceptionEvent(NamedTuple):
     logged: bool
     chained: bool
     in_traceback: bool
+    frame: str | None = None
 
 
 _OPEN = frozenset({_State.FRAMES, _State.CHAIN})
 
 
 class _Stream:
-    __slots__ = ("chained", "context", "logged", "quiet", "state", "survivor")
+    __slots__ = ("chained", "context", "frame", "logged", "quiet", "state", "survivor")
 
     def __init__(self) -> None:
+        self.frame: str | None = None  # the last ``  File "…"`` line of the traceback
         self.quiet: str | None = None  # the level of a traceback logged at INFO/WARNING/DEBUG
         self.survivor = False  # kept open across a new process's banner (``reset``)
         self.state = _State.IDLE
@@ -172,6 +177,7 @@ class TracebackAssembler:
             stream.survivor = False
             stream.chained = stream.state is _State.CHAIN
             stream.state = _State.FRAMES
+            stream.frame = None
             stream.logged = has_header
             stream.quiet = level if has_header and level in _QUIET_LEVELS else None
             return True, None, not stream.chained and stream.quiet is None
@@ -191,6 +197,8 @@ class TracebackAssembler:
                     # dump, a new process's logo): not ours, and the traceback goes on. A new
                     # process (banner) makes the caller ``reset`` the streams.
                     return False, None, False
+                if body.startswith('  File "'):
+                    stream.frame = body[:_MAX_FRAME]
                 return True, None, False
             if has_header and level not in _ERROR_LEVELS:
                 return False, None, False  # another thread's log line in between: not ours
@@ -212,6 +220,7 @@ class TracebackAssembler:
                 stream.logged,
                 stream.chained,
                 True,
+                stream.frame,
             )
             return True, event, False
         if not body:
@@ -234,6 +243,7 @@ class TracebackAssembler:
         if body.startswith('  File "'):
             stream = stream or self._stream(key)
             stream.state = _State.FRAMES
+            stream.frame = body[:_MAX_FRAME]
             stream.logged = has_header
             stream.chained = False
             stream.quiet = level if has_header and level in _QUIET_LEVELS else None

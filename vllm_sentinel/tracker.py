@@ -37,6 +37,7 @@ from vllm_sentinel.causes import (
     EvidenceKind,
     classify_exception,
     is_request_error,
+    is_stop_request,
 )
 from vllm_sentinel.crash import CrashBook
 from vllm_sentinel.failure_lines import Effect, FailureMatch, classify_failure_line
@@ -64,6 +65,10 @@ _TP_SIZE = re.compile(r"tensor_parallel_size[=':\s]+(\d{1,4})")
 _ERROR_LEVELS = frozenset({"ERROR", "CRITICAL"})
 _MAX_CACHED_UNITS = 1024
 _MAX_TRACE_OWNERS = 256
+_NON_DEFAULT_ARGS = "non-default args: {"  # vLLM 0.9+: the whole dict of non-default args
+# V0's single-device executors (vllm/executor/gpu_executor.py … 0.3–0.6) size the KV cache
+# themselves; the multi-device ones log it from distributed_gpu_executor.py and the like
+_SINGLE_DEVICE_EXECUTOR = re.compile(r"(?:gpu|cpu|xpu|hpu|habana|neuron|openvino)_executor\.py:")
 _JSON = LineKind.JSON
 # Marker events whose only effect is a phase move (no figures, no special handling).
 _PLAIN_EVENTS = frozenset(Event) - {
@@ -236,11 +241,16 @@ class UnitTracker:
         return True
 
     def finish(self) -> None:
-        """End of input (replay): confirm pending crashes and settle every crash."""
+        """End of input (replay): confirm pending crashes, end stops in progress, settle all."""
         self._snapshot = None
         for incarnation in self._incs.items:
-            if not incarnation.ended and incarnation.fatal_pending_at is not None:
+            if incarnation.ended:
+                continue
+            if incarnation.fatal_pending:
                 self._crashes.end(incarnation, Outcome.CRASHED, incarnation.last_record_at)
+            elif incarnation.stop_requested and incarnation.phase is Phase.STOPPING:
+                # asked to stop, and nothing after: the input ends with the stop
+                self._crashes.end(incarnation, Outcome.STOPPED, incarnation.last_record_at)
         self._crashes.settle_all()
 
     def unsettled_since(self) -> datetime | None:
@@ -267,7 +277,7 @@ class UnitTracker:
         anatomy: LineAnatomy | None = None,
     ) -> None:
         parsed = parse_line(line) if anatomy is None else anatomy
-        body, kind, level, stamp, _, role, rank, line_pid, _ = parsed
+        body, kind, level, stamp, source, role, rank, line_pid, _ = parsed
         if kind is _JSON and anatomy is None and "\n" in body:
             # vLLM's JSON formatter puts a whole traceback in one record (``exc_info``): each
             # of its lines is read as a line of that process with the record's header.
@@ -301,7 +311,7 @@ class UnitTracker:
             and (
                 incarnation.has_banner
                 or incarnation.ended
-                or incarnation.fatal_pending_at is not None
+                or incarnation.fatal_pending
                 or incarnation.phase is not Phase.STARTING
             )
         ):
@@ -345,7 +355,7 @@ class UnitTracker:
                 self._drop_stand_in(pid)
             self._on_exception(incarnation, exception, kind, role, time)
         elif found is not None:
-            self._on_marker(incarnation, found, body, time)
+            self._on_marker(incarnation, found, body, time, source)
         elif not consumed and kind is LineKind.RAW and not incarnation.ended:
             failure = classify_failure_line(body)
             if failure is not None:
@@ -459,12 +469,12 @@ class UnitTracker:
             self._crashes.add_evidence(
                 incarnation, CrashCause.HOST_OOM, EvidenceKind.REAL, "", line, time
             )
-            incarnation.mark_fatal(time)
+            incarnation.mark_fatal()
         elif event is SystemdEvent.START_TIMED_OUT:
             self._crashes.add_evidence(
                 incarnation, CrashCause.TIMEOUT, EvidenceKind.REAL, "", line, time
             )
-            incarnation.mark_fatal(time)
+            incarnation.mark_fatal()
 
     def _on_exit(
         self, incarnation: Incarnation, groups: Mapping[str, str | None], time: datetime | None
@@ -473,7 +483,7 @@ class UnitTracker:
         status = parse_int(groups.get("status")) or 0
         name = groups.get("name") or ""
         if code == "exited" and status == 0:
-            if incarnation.fatal_pending_at is not None and not incarnation.stop_requested:
+            if incarnation.fatal_pending and not incarnation.stop_requested:
                 self._crashes.end(incarnation, Outcome.CRASHED, time)
             else:
                 self._crashes.end_cleanly(incarnation, time)
@@ -495,7 +505,12 @@ class UnitTracker:
     # --- vLLM events ---------------------------------------------------------------------
 
     def _on_marker(
-        self, incarnation: Incarnation, found: MarkerMatch, body: str, time: datetime | None
+        self,
+        incarnation: Incarnation,
+        found: MarkerMatch,
+        body: str,
+        time: datetime | None,
+        source: str | None = None,
     ) -> None:
         marker, groups = found
         event = marker.event
@@ -503,28 +518,41 @@ class UnitTracker:
             return  # a marker of the phase the incarnation is in (access lines, routes): no-op
         if groups:
             read_figures(incarnation, event, groups)
-        if event is Event.ENGINE_INIT or event is Event.SERVER_CONFIG:
+        if (
+            event is Event.ENGINE_INIT or event is Event.SERVER_CONFIG
+        ) and incarnation.tensor_parallel_size is None:
             tp_size = _TP_SIZE.search(body)
-            if tp_size is not None and incarnation.tensor_parallel_size is None:
+            if tp_size is not None:
                 incarnation.tensor_parallel_size = int(tp_size.group(1))
+            elif body.startswith(_NON_DEFAULT_ARGS) and body.rstrip().endswith("}"):
+                incarnation.tensor_parallel_size = 1  # every non-default arg is listed: default
+        elif (
+            event is Event.KV_CACHE_SIZED
+            and source is not None
+            and incarnation.tensor_parallel_size is None
+            and _SINGLE_DEVICE_EXECUTOR.match(source) is not None
+        ):
+            incarnation.tensor_parallel_size = 1
         if event is Event.FATAL or event is Event.PORT_CONFLICT:
             if incarnation.ended or incarnation.stop_requested:
                 return
             if marker.cause is not None:
                 cause = CrashCause(marker.cause)
+                # a port hint is a consequence; a line that points at its traceback (a worker
+                # died, vLLM's advice before it re-raises) is a wrapper (``causes``)
                 kind = (
                     EvidenceKind.NOISE
                     if event is Event.PORT_CONFLICT
                     else EvidenceKind.WRAPPER
                     if cause is CrashCause.WORKER_DIED
-                    else EvidenceKind.REAL
+                    else classify_exception("", body)[1]
                 )
                 self._crashes.add_evidence(incarnation, cause, kind, "", body, time)
             if event is Event.FATAL:
                 if marker.terminal:
                     self._crashes.end(incarnation, Outcome.CRASHED, time)
                 else:
-                    incarnation.mark_fatal(time)
+                    incarnation.mark_fatal()
             return
         if event is Event.PROCESS_STARTED:
             incarnation.has_banner = True
@@ -534,7 +562,7 @@ class UnitTracker:
                 self._advance(incarnation, Phase.STOPPING, time)
             return
         if event is Event.SHUTDOWN_COMPLETE:
-            if incarnation.fatal_pending_at is not None:
+            if incarnation.fatal_pending:
                 self._crashes.end(incarnation, Outcome.CRASHED, time)
             else:
                 self._crashes.end_cleanly(incarnation, time)
@@ -565,7 +593,10 @@ class UnitTracker:
             return None  # errors while shutting down (EngineDeadError on SIGTERM): no crash
         if incarnation.outcome is Outcome.STOPPED:
             return None
-        cause, kind = classify_exception(exception.exception, exception.message)
+        if is_stop_request(exception.exception, exception.message):
+            self._stop_requested(incarnation, time)
+            return None
+        cause, kind = classify_exception(exception.exception, exception.message, exception.frame)
         evidence = self._crashes.add_evidence(
             incarnation, cause, kind, exception.exception, exception.message, time
         )
@@ -577,9 +608,9 @@ class UnitTracker:
             if uncaught and exception.in_traceback and line_kind is LineKind.RAW:
                 self._crashes.end(incarnation, Outcome.CRASHED, time)
             elif not context.startswith(_NOT_PROCESS_DEATH):
-                incarnation.mark_fatal(time)  # a thread's exception kills no process
+                incarnation.mark_fatal()  # a thread's exception kills no process
         elif uncaught and role in (None, Role.API_SERVER, Role.MAIN):
-            incarnation.mark_fatal(time)
+            incarnation.mark_fatal()
         return evidence
 
     def _on_failure_line(
@@ -588,6 +619,11 @@ class UnitTracker:
         """A line that is not vLLM's says a process failed (``failure_lines``)."""
         row = failure.row
         crashes = self._crashes
+        if row.names_vllm:
+            self.recognized_lines += 1
+        if row.effect is Effect.STOP:
+            self._stop_requested(incarnation, time)
+            return
         if row.effect is Effect.ENDS and (
             failure.outcome is Outcome.STOPPED or incarnation.stop_requested
         ):
@@ -599,7 +635,13 @@ class UnitTracker:
         if row.effect is Effect.ENDS:
             crashes.end(incarnation, Outcome.CRASHED, time)
         elif row.effect is Effect.FATAL:
-            incarnation.mark_fatal(time)
+            incarnation.mark_fatal()
+
+    def _stop_requested(self, incarnation: Incarnation, time: datetime | None) -> None:
+        """The process was asked to stop (a signal, Ctrl-C): what follows is no crash."""
+        if not incarnation.ended and not incarnation.fatal_pending:
+            incarnation.stop_requested = True
+            self._advance(incarnation, Phase.STOPPING, time)
 
     def _on_uncaught_traceback(
         self, incarnation: Incarnation, pid: int | None, time: datetime | None
@@ -610,7 +652,7 @@ class UnitTracker:
         context = self._tracebacks.context_of(pid) or ""
         if context.startswith(_NOT_PROCESS_DEATH) or incarnation.phase not in _STARTUP:
             return
-        incarnation.mark_fatal(time)
+        incarnation.mark_fatal()
 
     def _advance(self, incarnation: Incarnation, phase: Phase, time: datetime | None) -> None:
         """Move ``incarnation`` forward to ``phase``, timing the startup phase it leaves."""

@@ -64,6 +64,7 @@ class Incarnation:
     crash_phase: Phase | None = None
     evidence: list[Evidence] = field(default_factory=list)
     fatal_pending: bool = False
+    fatal_unproven: bool = False  # pending only because a raw traceback began (no exception yet)
     fatal_phase: Phase | None = None  # the phase it was in when the pending failure was seen
     stop_requested: bool = False
     stop_by_manager: bool = False
@@ -126,11 +127,27 @@ class Incarnation:
             self.fatal_phase = None
         return previous
 
-    def mark_fatal(self) -> None:
-        """A failure was seen that the process's exit must confirm (the first one counts)."""
-        if not self.fatal_pending and not self.ended:
+    def mark_fatal(self, *, proven: bool = True) -> None:
+        """A failure was seen that the process's exit must confirm (the first one counts).
+
+        ``proven=False``: only a raw traceback began; its exception line may still say the
+        process was asked to stop (``KeyboardInterrupt``), which ``clear_fatal`` undoes.
+        """
+        if self.ended:
+            return
+        if not self.fatal_pending:
             self.fatal_pending = True
             self.fatal_phase = self.phase
+            self.fatal_unproven = not proven
+        elif proven:
+            self.fatal_unproven = False
+
+    def clear_unproven_fatal(self) -> None:
+        """The traceback that made a crash pending turned out to be a stop request."""
+        if self.fatal_pending and self.fatal_unproven:
+            self.fatal_pending = False
+            self.fatal_phase = None
+            self.fatal_unproven = False
 
     def close(self, outcome: Outcome, time: datetime | None) -> None:
         """End it (``CRASHED`` or ``STOPPED``) at ``time`` (never before its last phase).

@@ -639,6 +639,7 @@ class UnitTracker:
 
     def _stop_requested(self, incarnation: Incarnation, time: datetime | None) -> None:
         """The process was asked to stop (a signal, Ctrl-C): what follows is no crash."""
+        incarnation.clear_unproven_fatal()
         if not incarnation.ended and not incarnation.fatal_pending:
             incarnation.stop_requested = True
             self._advance(incarnation, Phase.STOPPING, time)
@@ -652,7 +653,7 @@ class UnitTracker:
         context = self._tracebacks.context_of(pid) or ""
         if context.startswith(_NOT_PROCESS_DEATH) or incarnation.phase not in _STARTUP:
             return
-        incarnation.mark_fatal()
+        incarnation.mark_fatal(proven=False)
 
     def _advance(self, incarnation: Incarnation, phase: Phase, time: datetime | None) -> None:
         """Move ``incarnation`` forward to ``phase``, timing the startup phase it leaves."""

@@ -277,3 +277,186 @@ class TestTracebacksThatAreNotTheFailure:
         crash = unit.last_crash
         assert crash is not None
         assert (crash.cause, crash.exception) == (C.CUDA_OOM, "torch.OutOfMemoryError")
+
+
+class TestStopsAreNotCrashes:
+    """An operator's Ctrl-C or SIGTERM during startup ends in a stop, whatever breaks after."""
+
+    def test_ctrl_c_during_a_hung_start(self) -> None:
+        unit = _replay(
+            [
+                "INFO 05-26 18:54:01 [api_server.py:1043] vLLM API server version 0.8.5.post1",
+                "INFO 05-26 18:54:09 [ray_utils.py:335] Waiting for creating a placement group "
+                "of specs for 10 seconds.",
+                "*** SIGTERM received at time=1748300290 on cpu 8 ***",
+                "ERROR 05-26 18:58:11 [engine.py:448] KeyboardInterrupt",
+                "Traceback (most recent call last):",
+                '  File "/usr/lib/python3.12/asyncio/runners.py", line 123, in run',
+                "    raise KeyboardInterrupt()",
+                "KeyboardInterrupt",
+            ]
+        )
+        current = unit.current
+        assert current is not None and current.outcome is Outcome.STOPPED
+        assert current.crash is None and unit.last_crash is None
+
+    @pytest.mark.parametrize(
+        ("exception", "stop"),
+        [("KeyboardInterrupt", True), ("SystemExit: 15", True), ("SystemExit: 1", False)],
+    )
+    def test_exit_status_decides(self, exception: str, stop: bool) -> None:
+        unit = _replay(
+            [
+                "INFO 05-26 18:54:01 [api_server.py:1043] vLLM API server version 0.8.5.post1",
+                "Traceback (most recent call last):",
+                '  File "/usr/lib/python3/dist-packages/vllm/engine/llm_engine.py", line 1, in x',
+                exception,
+            ]
+        )
+        assert unit.current is not None
+        assert (unit.current.outcome is Outcome.STOPPED) is stop
+
+
+class TestWhereItWasRaised:
+    """An exception whose words name no cause is classified by its innermost frame."""
+
+    @pytest.mark.parametrize(
+        ("frame", "cause"),
+        [
+            (
+                '  File "/venv/lib/python3.10/site-packages/vllm/entrypoints/chat_utils.py", '
+                "line 1033, in validate_chat_template",
+                C.CONFIG_ERROR,
+            ),
+            (
+                '  File "/venv/lib/python3.12/site-packages/vllm/config/model.py", line 612, in '
+                "__post_init__",
+                C.CONFIG_ERROR,
+            ),
+            (
+                '  File "/venv/lib/python3.12/site-packages/flashinfer/jit/cpp_ext.py", line 240, '
+                "in run_ninja",
+                C.JIT_BUILD_ERROR,
+            ),
+            (
+                '  File "/venv/lib/python3.12/site-packages/triton/compiler/compiler.py", line '
+                "300, in compile",
+                C.COMPILE_ERROR,
+            ),
+            (
+                '  File "/venv/lib/python3.12/site-packages/vllm/v1/engine/core.py", line 5, in x',
+                C.UNKNOWN,
+            ),
+        ],
+    )
+    def test_frame_rules(self, frame: str, cause: CrashCause) -> None:
+        assert classify_exception("ValueError", "something odd happened", frame)[0] is cause
+
+    def test_words_win_over_the_frame(self) -> None:
+        frame = '  File "/venv/lib/python3.12/site-packages/vllm/config/model.py", line 1, in f'
+        assert classify_exception("RuntimeError", "CUDA out of memory.", frame)[0] is C.CUDA_OOM
+
+    def test_the_frame_reaches_the_verdict(self) -> None:
+        unit = _replay(
+            [
+                "Traceback (most recent call last):",
+                '  File "/venv/lib/python3.10/site-packages/vllm/entrypoints/openai/cli_args.py",'
+                " line 274, in validate_parsed_serve_args",
+                "    validate_chat_template(args.chat_template)",
+                '  File "/venv/lib/python3.10/site-packages/vllm/entrypoints/chat_utils.py", '
+                "line 1033, in validate_chat_template",
+                "    raise ValueError(",
+                "ValueError: The supplied chat template string (tool_use) appears path-like, but "
+                "doesn't exist!",
+            ]
+        )
+        assert unit.last_crash is not None and unit.last_crash.cause is C.CONFIG_ERROR
+
+
+class TestSmallerClasses:
+    """Time-less logs, vLLM's OOM advice, vLLM not installed, TP facts."""
+
+    def test_a_failure_in_a_log_without_any_time_is_still_a_crash(self) -> None:
+        unit = _replay(
+            [
+                "torch.OutOfMemoryError: HIP out of memory. Tried to allocate 500.00 MiB.",
+                "Traceback (most recent call last):",
+                '  File "/venv/bin/vllm", line 8, in <module>',
+            ]
+        )
+        assert unit.current is not None and unit.current.outcome is Outcome.CRASHED
+        assert unit.last_crash is not None and unit.last_crash.cause is C.CUDA_OOM
+
+    def test_vllms_oom_advice_points_at_the_exception(self) -> None:
+        """gpu_model_runner.py logs its advice, then re-raises: the exception is the root."""
+        unit = _replay(
+            [
+                "(EngineCore_DP0 pid=9) ERROR 01-01 10:00:00 [gpu_model_runner.py:3034] Failed to "
+                "load model - not enough GPU memory. Try lowering --gpu-memory-utilization to "
+                "free memory for weights, increasing --tensor-parallel-size, or using "
+                "--quantization. See https://docs.vllm.ai/ for more tips.",
+                "(EngineCore_DP0 pid=9) ERROR 01-01 10:00:00 [core.py:866] EngineCore failed to "
+                "start.",
+                "(EngineCore_DP0 pid=9) ERROR 01-01 10:00:00 [core.py:866] Traceback (most recent "
+                "call last):",
+                '(EngineCore_DP0 pid=9) ERROR 01-01 10:00:00 [core.py:866]   File "/x/vllm/v1/'
+                'worker/gpu_model_runner.py", line 3020, in load_model',
+                "(EngineCore_DP0 pid=9) ERROR 01-01 10:00:00 [core.py:866] torch.OutOfMemoryError:"
+                " CUDA out of memory. Tried to allocate 260.00 MiB.",
+            ]
+        )
+        crash = unit.last_crash
+        assert crash is not None and crash.exception == "torch.OutOfMemoryError"
+
+    def test_python_without_vllm(self) -> None:
+        unit = _replay(
+            [
+                "/srv/app/.venv/bin/python: Error while finding module specification for "
+                "'vllm.entrypoints.openai.api_server' (ModuleNotFoundError: No module named "
+                "'vllm')"
+            ]
+        )
+        assert unit.current is not None and unit.current.outcome is Outcome.CRASHED
+        assert unit.last_crash is not None and unit.last_crash.cause is C.IMPORT_ERROR
+
+    @pytest.mark.parametrize(
+        ("line", "tp"),
+        [
+            (
+                "(APIServer pid=1) INFO 06-19 15:35:00 [utils.py:253] non-default args: "
+                "{'host': '0.0.0.0', 'model': 'Qwen/Qwen2.5-0.5B-Instruct'}",
+                1,
+            ),
+            (
+                "(APIServer pid=1) INFO 06-19 15:35:00 [utils.py:253] non-default args: "
+                "{'model': 'm', 'tensor_parallel_size': 4}",
+                4,
+            ),
+            (
+                "(APIServer pid=1) INFO 06-19 15:35:00 [utils.py:253] non-default args: "
+                "{'model': 'm', 'max_model_len': 4096, 'gpu_memory_uti",  # cut: unknown
+                None,
+            ),
+            (
+                "(EngineCore pid=260) INFO 06-19 15:35:18 [parallel_state.py:1903] rank 0 in "
+                "world size 1 is assigned as DP rank 0, PP rank 0, TP rank 0",
+                1,
+            ),
+            (
+                "(Worker_TP0 pid=260) INFO 06-19 15:35:18 [parallel_state.py:1903] rank 0 in "
+                "world size 2 is assigned as DP rank 0, PP rank 0, TP rank 0",
+                None,
+            ),
+            ("INFO 11-20 10:45:57 gpu_executor.py:102] # GPU blocks: 12453, # CPU blocks: 2730", 1),
+            (
+                "INFO 11-20 10:45:57 distributed_gpu_executor.py:57] # GPU blocks: 12453, # CPU "
+                "blocks: 2730",
+                None,
+            ),
+        ],
+    )
+    def test_tensor_parallel_size_facts(self, line: str, tp: int | None) -> None:
+        unit = _replay(
+            ["INFO 06-19 15:34:59 [api_server.py:1043] vLLM API server version 0.9.0", line]
+        )
+        assert unit.current is not None and unit.current.tensor_parallel_size == tp

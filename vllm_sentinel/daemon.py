@@ -168,6 +168,7 @@ class Daemon:
             clock=clock,
             cursors=self._cursors,
             benign_patterns=config.defaults.benign_patterns,
+            traceback_hold_seconds=config.defaults.traceback_hold_seconds,
         )
         self._queue: asyncio.Queue[Item] = asyncio.Queue(_QUEUE_SIZE)
         self._runners: dict[str, _HostRunner] = {}

@@ -115,6 +115,8 @@ class Monitor:
         benign_patterns: ERROR lines known not to be fatal.
         max_incarnations: incarnations kept per unit.
         settle_seconds: delay before a crash is counted with its cause.
+        traceback_hold_seconds: how long after its end a crash waits for a traceback that is
+            still being printed.
         publish_interval_seconds: the longest a busy queue delays a publish.
     """
 
@@ -127,6 +129,7 @@ class Monitor:
         benign_patterns: Sequence[str] = DEFAULT_BENIGN_PATTERNS,
         max_incarnations: int = 8,
         settle_seconds: float = 30.0,
+        traceback_hold_seconds: float = 300.0,
         publish_interval_seconds: float = 0.1,
     ) -> None:
         self._clock = clock
@@ -135,6 +138,7 @@ class Monitor:
         self._benign = BenignMatcher(benign_patterns)
         self._max_incarnations = max_incarnations
         self._settle_seconds = settle_seconds
+        self._traceback_hold_seconds = traceback_hold_seconds
         self._publish_interval = publish_interval_seconds
         self._hosts: dict[str, _Host] = {}
         # per unit: the incarnation last logged (id, start), how many of its phases, the last
@@ -160,6 +164,7 @@ class Monitor:
                 max_incarnations=self._max_incarnations,
                 reference_year=year,
                 settle_seconds=self._settle_seconds,
+                traceback_hold_seconds=self._traceback_hold_seconds,
             )
 
         return _Host(plan, TrackerSet(plan.units, factory=factory))

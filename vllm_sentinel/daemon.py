@@ -56,7 +56,7 @@ from vllm_sentinel.journal import FollowerSettings, JournalBatch, JournalFollowe
 from vllm_sentinel.monitor import GpuDown, GpuSample, HostPlan, Monitor, Tick
 from vllm_sentinel.probe import HealthProber
 from vllm_sentinel.report import status_document
-from vllm_sentinel.snapshot import CollectorState, GpuReading
+from vllm_sentinel.snapshot import CollectorState, GpuReading, Snapshot
 from vllm_sentinel.transport import LocalTransport, SshSettings, SshTransport, Transport
 
 __all__ = [
@@ -114,7 +114,9 @@ def host_plan(host: HostConfig, config: Config) -> HostPlan:
 
 
 def serve_http(
-    config: Config, get_snapshot: Callable[[], Any], status: Callable[[], Mapping[str, Any]]
+    config: Config,
+    get_snapshot: Callable[[], Snapshot],
+    status: Callable[[], Mapping[str, Any]],
 ) -> ServerHandle:
     """Start the exporter's HTTP server as configured (TLS, basic auth); bind errors raise."""
     exporter = config.exporter
@@ -133,7 +135,7 @@ def serve_http(
             TlsServerConfig(Path(exporter.tls_cert_file), Path(exporter.tls_key_file))
         )
     registry = make_registry(SentinelCollector(get_snapshot))
-    app = make_app(registry, status, authenticator=authenticator)
+    app = make_app(registry, status, authenticator=authenticator, snapshot=get_snapshot)
     return start_http_server(exporter.listen_host, exporter.listen_port, app, ssl_context)
 
 

@@ -14,6 +14,8 @@ from vllm_sentinel.config import (
     DefaultsConfig,
     ExporterConfig,
     GpuBackend,
+    HealthProbeConfig,
+    HealthProbeUnitConfig,
     HostConfig,
     StallThresholds,
     check_config,
@@ -128,7 +130,16 @@ class TestExampleFile:
             assert getattr(remote, key) == getattr(defaults, key), key
 
     @pytest.mark.parametrize(
-        "model", [ExporterConfig, DefaultsConfig, StallThresholds, HostConfig], ids=str
+        "model",
+        [
+            ExporterConfig,
+            DefaultsConfig,
+            StallThresholds,
+            HostConfig,
+            HealthProbeConfig,
+            HealthProbeUnitConfig,
+        ],
+        ids=str,
     )
     def test_documents_every_key(self, model: type[BaseModel]) -> None:
         """Every key of every table appears in the example, set or commented out."""

@@ -247,7 +247,7 @@ class HealthProber:
         wake = max(0.05, min(1.0, min(intervals) / 4))
         try:
             while True:
-                self._start_due(emit)
+                self.start_due(emit)
                 await asyncio.sleep(wake)
         finally:
             tasks = [task for task in self._in_flight.values() if not task.done()]
@@ -255,10 +255,12 @@ class HealthProber:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    def _start_due(self, emit: Callable[[HealthProbeResult], Awaitable[None]]) -> None:
+    def start_due(self, emit: Callable[[HealthProbeResult], Awaitable[None]]) -> int:
+        """Start the probes that are due now (``run`` calls it); return how many started."""
         host = next((item for item in self._get_snapshot().hosts if item.host == self.host), None)
         if host is None:
-            return
+            return 0
+        started = 0
         now = time.monotonic()
         for unit in host.units:
             settings = self._policy.for_unit(unit.unit)
@@ -287,6 +289,8 @@ class HealthProber:
                 self._probe(unit.unit, key, target, settings, emit),
                 name=f"probe-{self.host}-{unit.unit}",
             )
+            started += 1
+        return started
 
     async def _probe(
         self,

@@ -29,6 +29,7 @@ from vllm_sentinel.health import (
     HealthTracker,
     ProbePolicy,
     incarnation_key,
+    is_probed,
     with_probe_readiness,
 )
 from vllm_sentinel.journal import JournalBatch
@@ -154,6 +155,7 @@ class Monitor:
         self._previous: dict[tuple[str, str], tuple[_Ident, int, Phase]] = {}
         self._counted: dict[tuple[str, str], int] = {}
         self._stalled: dict[tuple[str, str], str | None] = {}  # invocation id while stalled
+        self._unhealthy: set[tuple[str, str]] = set()
         self.applied_records_total = 0
         for plan in hosts:
             self._hosts[plan.name] = self._new_host(plan)
@@ -202,11 +204,12 @@ class Monitor:
         for host in self._hosts.values():
             host.published = None
             host.decorated.clear()
-        known = (*self._previous, *self._counted, *self._stalled)
+        known = (*self._previous, *self._counted, *self._stalled, *self._unhealthy)
         for key in [key for key in known if not self._keeps(*key)]:
             self._previous.pop(key, None)
             self._counted.pop(key, None)
             self._stalled.pop(key, None)
+            self._unhealthy.discard(key)
 
     def _keeps(self, host: str, unit: str) -> bool:
         entry = self._hosts.get(host)
@@ -423,7 +426,12 @@ class Monitor:
         decorated = self._decorate_gpu(host, unit, now)
         current = decorated.current
         health = host.health.get(unit.unit)
-        if current is None or health is None or health.incarnation != incarnation_key(current):
+        if (
+            current is None
+            or health is None
+            or health.incarnation != incarnation_key(current)
+            or not is_probed(current)  # ended or stopping: its last probe is history
+        ):
             return with_probe_readiness(decorated, None)
         threshold = host.plan.probe_policy.for_unit(unit.unit).unhealthy_after_seconds
         return with_probe_readiness(decorated, health.snapshot(now, threshold))
@@ -477,6 +485,7 @@ class Monitor:
                 if current is None:
                     continue
                 self._log_stall(host.host, unit, current)
+                self._log_health(host.host, unit, current)
                 self._log_phases(host.host, unit, current)
 
     def _log_phases(self, host: str, unit: UnitSnapshot, current: IncarnationSnapshot) -> None:
@@ -518,6 +527,34 @@ class Monitor:
             last = entry.phase
         if current.phases:
             self._previous[key] = (ident, len(current.phases) - overlay, current.phases[-1].phase)
+
+    def _log_health(self, host: str, unit: UnitSnapshot, current: IncarnationSnapshot) -> None:
+        """One event when a unit becomes unhealthy, one when that ends (not per publish)."""
+        key = (host, unit.unit)
+        unhealthy = unit.health is not None and unit.health.unhealthy
+        if unhealthy == (key in self._unhealthy):
+            return
+        if unhealthy and unit.health is not None:
+            self._unhealthy.add(key)
+            _log.warning(
+                "unit_unhealthy",
+                host=host,
+                unit=unit.unit,
+                invocation_id=current.id,
+                url=unit.health.url,
+                reason=unit.health.error,
+                status=unit.health.status,
+                failing_since=iso_utc(unit.health.failing_since),
+            )
+        else:
+            self._unhealthy.discard(key)
+            _log.info(
+                "unit_unhealthy_cleared",
+                host=host,
+                unit=unit.unit,
+                invocation_id=current.id,
+                outcome=current.outcome.value,
+            )
 
     def _log_stall(self, host: str, unit: UnitSnapshot, current: IncarnationSnapshot) -> None:
         """One event when a unit becomes stalled, one when it moves again (not per publish)."""

@@ -41,10 +41,10 @@ from vllm_sentinel.causes import (
 )
 from vllm_sentinel.crash import CrashBook
 from vllm_sentinel.failure_lines import Effect, FailureMatch, classify_failure_line
+from vllm_sentinel.health import api_url_from_args
 from vllm_sentinel.incarnation import Incarnation, parse_int, read_figures
 from vllm_sentinel.incarnations import Incarnations
 from vllm_sentinel.line_clock import LineClock
-from vllm_sentinel.health import api_url_from_args
 from vllm_sentinel.markers import (
     Event,
     MarkerMatch,

@@ -177,10 +177,17 @@ async def probe_once(
 
     Returns:
         ``(outcome, error, status, duration_seconds, served models or None)``; ``error`` is
-        one of ``health.PROBE_ERRORS``. ``/v1/models`` gets its own ``timeout_seconds`` and
-        its failure only leaves the models unknown (it needs the API key where one is set;
-        ``/health`` never does).
+        one of ``health.PROBE_ERRORS``. The host's connection is made (or found up) before
+        the timeout starts; when it cannot be, the probe is ``unreachable``. ``/v1/models``
+        gets its own ``timeout_seconds`` and its failure only leaves the models unknown (it
+        needs the API key where one is set; ``/health`` never does).
     """
+    try:
+        # the host's connection first, on its own bound: a slow or dead SSH peer is not vLLM
+        await transport.connect()
+    except TransportError as error:
+        _log.debug("health_probe_host_unreachable", host=transport.host, reason=error.reason)
+        return ProbeOutcome.UNREACHABLE, "host_unreachable", None, 0.0, None
     started = time.monotonic()
     status: int | None = None
     try:

@@ -7,6 +7,8 @@
   terminates the child or closes the SSH channel — a remote ``journalctl -f`` exits on
   hang-up. It raises ``TransportError`` when the command cannot start or exits non-zero.
 * ``run(argv, timeout)`` returns the whole stdout of a short command.
+* ``connect()`` makes sure the host can be reached (opens the SSH connection, bounded by
+  ``connect_timeout_seconds``), so that a caller can time what follows on its own;
 * ``open_tcp(address, port)`` / ``open_unix(path)`` open a byte stream to a port or Unix
   socket *on that host* (the readiness probe's ``GET /health``): locally a plain connection,
   over SSH a ``direct-tcpip`` (``direct-streamlocal``) channel of the host's one connection —
@@ -72,6 +74,10 @@ class Transport(Protocol):
 
     async def close(self) -> None:
         """Release connections."""
+        ...
+
+    async def connect(self) -> None:
+        """Make sure the host can be reached (over SSH: the connection is up); else raise."""
         ...
 
     async def open_tcp(self, address: str, port: int) -> ByteStream:
@@ -153,6 +159,9 @@ class LocalTransport:
         return stdout
 
     async def close(self) -> None:
+        return None
+
+    async def connect(self) -> None:
         return None
 
     async def open_tcp(self, address: str, port: int) -> ByteStream:
@@ -390,6 +399,9 @@ class SshTransport:
                 self.host, "command_failed", f"{argv[0]} exit {status}: {_tail(stderr or b'')}"
             )
         return stdout if isinstance(stdout, bytes) else b""
+
+    async def connect(self) -> None:
+        await self._connect()
 
     async def open_tcp(self, address: str, port: int) -> ByteStream:
         connection = await self._connect()

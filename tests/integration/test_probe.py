@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import time
 import urllib.error
 import urllib.request
@@ -248,6 +249,26 @@ class TestThroughOpenSsh:
         finally:
             await transport.close()
         assert (outcome, error) == (ProbeOutcome.DOWN, "connection_refused")
+
+    async def test_a_silent_host_is_unreachable_not_a_timeout(
+        self, openssh_server: OpenSshServer, fake_vllm: FakeVllmServer
+    ) -> None:
+        """An SSH peer that never answers: unreachable, whatever the probe's own timeout."""
+        with socket.socket() as silent:  # accepts TCP (backlog), never speaks SSH
+            silent.bind(("127.0.0.1", 0))
+            silent.listen(8)
+            settings = openssh_server.settings(
+                port=silent.getsockname()[1], connect_timeout_seconds=1.0
+            )
+            transport = SshTransport(HOST, settings)
+            target = probe_target(fake_vllm.url)
+            assert target is not None
+            try:
+                outcome, error, status, duration, _ = await probe_once(transport, target, 0.2)
+            finally:
+                await transport.close()
+        assert (outcome, error, status) == (ProbeOutcome.UNREACHABLE, "host_unreachable", None)
+        assert duration == 0.0 and fake_vllm.count("/health") == 0
 
     async def test_forwarding_disabled_says_nothing_about_vllm(
         self, tmp_path: Path, fake_vllm: FakeVllmServer

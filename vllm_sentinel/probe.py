@@ -10,10 +10,12 @@ channel of the host's existing SSH connection. Each result goes onto the Monitor
 ``unhealthy``.
 
 Cost is bounded: at most one probe in flight per unit, each limited to ``timeout_seconds``
-(connect, request and the whole answer), answers limited to 1 MiB, one connection per probe
-(``Connection: close``). Once per incarnation, after ``/health`` first answers 200, the prober
-also asks ``GET /v1/models`` for the served model names (``served_models = false`` turns it
-off). Nothing else is ever sent: no inference request.
+(connect, request and the whole answer; an SSH host's connection is made first, within its
+``connect_timeout_seconds``, and no probe starts while the host's journal collector is down),
+answers limited to 1 MiB, one connection per probe (``Connection: close``). Once per
+incarnation, after ``/health`` first answers 200, the prober also asks ``GET /v1/models`` for
+the served model names (``served_models = false`` turns it off). Nothing else is ever sent: no
+inference request.
 
 HTTP/1.1 is spoken with ``h11`` (a sans-I/O parser) over ``Transport.open_tcp``'s byte
 stream, so the same code runs over a socket and over an SSH channel. HTTPS API servers are not
@@ -267,6 +269,9 @@ class HealthProber:
         host = next((item for item in self._get_snapshot().hosts if item.host == self.host), None)
         if host is None:
             return 0
+        journal = host.collectors.get("journal")
+        if journal is not None and not journal.up:
+            return 0  # the host's state is the last known; over SSH it may be unreachable
         started = 0
         now = time.monotonic()
         for unit in host.units:

@@ -23,7 +23,7 @@ from vllm_sentinel.health import (
 )
 from vllm_sentinel.phases import Outcome, Phase
 from vllm_sentinel.probe import HealthProber, probe_once
-from vllm_sentinel.snapshot import HostSnapshot, Snapshot
+from vllm_sentinel.snapshot import CollectorState, HostSnapshot, Snapshot
 from vllm_sentinel.transport import LocalTransport
 
 pytestmark = pytest.mark.asyncio
@@ -151,7 +151,7 @@ class TestHealthProber:
     async def test_units_not_enabled_or_ended_are_not_probed(
         self, server: FakeVllmServer, phase: Phase
     ) -> None:
-        """Probing off for the unit, or an incarnation crashed or stopping: nothing starts."""
+        """Probing off, an incarnation crashed or stopping, the host's journal down: none starts."""
         emitted: list[HealthProbeResult] = []
 
         async def emit(result: HealthProbeResult) -> None:
@@ -166,6 +166,11 @@ class TestHealthProber:
         ended = _snapshot(server.url, phase)
         assert HealthProber("gpu-a", LocalTransport(), disabled, lambda: live).start_due(emit) == 0
         assert HealthProber("gpu-a", LocalTransport(), enabled, lambda: ended).start_due(emit) == 0
+        down = replace(
+            live,
+            hosts=(replace(live.hosts[0], collectors={"journal": CollectorState(up=False)}),),
+        )
+        assert HealthProber("gpu-a", LocalTransport(), enabled, lambda: down).start_due(emit) == 0
         prober = HealthProber("gpu-a", LocalTransport(), enabled, lambda: live)
         assert prober.start_due(emit) == 1
         assert prober.start_due(emit) == 0  # in flight, and not due again before the interval

@@ -33,7 +33,9 @@ CORE = (
     "attribution",
     "nvidia_smi",
     "snapshot",
+    "health",
     "report",
+    "readiness",
     "replay",
 )
 FORBIDDEN = {

@@ -59,6 +59,7 @@ from pydantic_core import ErrorDetails
 
 from vllm_sentinel.causes import DEFAULT_BENIGN_PATTERNS, BenignMatcher
 from vllm_sentinel.errors import ConfigError
+from vllm_sentinel.health import ProbePolicy, ProbeSettings
 from vllm_sentinel.phases import STARTUP_PHASES, Phase
 from vllm_sentinel.transport import SshSettings
 
@@ -71,6 +72,8 @@ __all__ = [
     "DefaultsConfig",
     "ExporterConfig",
     "GpuBackend",
+    "HealthProbeConfig",
+    "HealthProbeUnitConfig",
     "HostConfig",
     "StallThresholds",
     "check_config",
@@ -351,6 +354,51 @@ class StallThresholds(BaseModel):
         )
 
 
+class HealthProbeUnitConfig(BaseModel):
+    """A unit's (or glob's) overrides of its host's ``health_probe``; unset keys inherit."""
+
+    model_config = _MODEL_CONFIG
+
+    enabled: bool | None = None
+    port: int | None = Field(default=None, ge=1, le=65535)
+    interval_seconds: float | None = Field(default=None, ge=0.5, le=3600)
+    timeout_seconds: float | None = Field(default=None, gt=0, le=600)
+    unhealthy_after_seconds: float | None = Field(default=None, ge=0, le=86_400)
+    served_models: bool | None = None
+
+
+class HealthProbeConfig(BaseModel):
+    """Readiness probing of the units' vLLM ``/health`` (``health.py``, ``probe.py``).
+
+    ``port`` (unset: the port vLLM logs) suits a host with one unit; ``units`` overrides any
+    key for unit names or globs (an exact name before globs, then globs in file order).
+    """
+
+    model_config = _MODEL_CONFIG
+
+    enabled: bool = False
+    port: int | None = Field(default=None, ge=1, le=65535)
+    interval_seconds: float = Field(default=10.0, ge=0.5, le=3600)
+    timeout_seconds: float = Field(default=5.0, gt=0, le=600)
+    unhealthy_after_seconds: float = Field(default=60.0, ge=0, le=86_400)
+    served_models: bool = True
+    units: dict[UnitPattern, HealthProbeUnitConfig] = Field(default_factory=dict)
+
+    def _settings(self, override: HealthProbeUnitConfig | None = None) -> ProbeSettings:
+        values = self.model_dump(exclude={"units"})
+        if override is not None:
+            values.update(override.model_dump(exclude_none=True))
+        return ProbeSettings(**values)
+
+    def policy(self) -> ProbePolicy:
+        """Return the resolved settings: the host's, and each unit override merged over them."""
+        patterns = sorted(self.units, key=lambda pattern: any(c in pattern for c in "*?["))
+        return ProbePolicy(
+            self._settings(),
+            tuple((pattern, self._settings(self.units[pattern])) for pattern in patterns),
+        )
+
+
 class DefaultsConfig(BaseModel):
     """Settings for every host; hosts may override the GPU poll interval and stall thresholds."""
 
@@ -371,6 +419,7 @@ class DefaultsConfig(BaseModel):
     cursor_flush_interval_seconds: float = Field(default=1.0, gt=0, le=3600)
     unit_discovery_interval_seconds: float = Field(default=30.0, gt=0, le=3600)
     stall_threshold_seconds: StallThresholds = StallThresholds()
+    health_probe: HealthProbeConfig = HealthProbeConfig()
 
     @field_validator("benign_patterns", mode="after")
     @classmethod
@@ -410,6 +459,7 @@ class HostConfig(BaseModel):
         default=_DEFAULT_GPU_POLL_INTERVAL_SECONDS, ge=0.1, le=3600
     )
     stall_threshold_seconds: StallThresholds = StallThresholds()
+    health_probe: HealthProbeConfig = HealthProbeConfig()
 
     @model_validator(mode="before")
     @classmethod
@@ -512,6 +562,10 @@ class HostConfig(BaseModel):
         """Return the stall threshold of each startup phase, in seconds."""
         return self.stall_threshold_seconds.by_phase()
 
+    def probe_policy(self) -> ProbePolicy:
+        """Return how this host's units are probed (``[defaults.health_probe]`` merged in)."""
+        return self.health_probe.policy()
+
 
 def _local_host_name() -> str:
     name = socket.gethostname().split(".", 1)[0]
@@ -550,6 +604,11 @@ class Config(BaseModel):
         except ValidationError:
             return data  # reported once, at its own path, by the field validation
         thresholds = defaults.stall_threshold_seconds.model_dump()
+        probe = defaults.health_probe.model_dump(exclude={"units"})
+        probe_units = {
+            pattern: override.model_dump(exclude_none=True)
+            for pattern, override in defaults.health_probe.units.items()
+        }
         hosts: list[Any] = []
         for raw_host in data["hosts"]:
             if not isinstance(raw_host, Mapping):
@@ -561,6 +620,13 @@ class Config(BaseModel):
             own = host.get("stall_threshold_seconds", {})
             if isinstance(own, Mapping):
                 host["stall_threshold_seconds"] = {**thresholds, **own}
+            own_probe = host.get("health_probe", {})
+            if isinstance(own_probe, Mapping):
+                own_units = own_probe.get("units", {})
+                units = (
+                    {**probe_units, **own_units} if isinstance(own_units, Mapping) else own_units
+                )
+                host["health_probe"] = {**probe, **own_probe, "units": units}
             hosts.append(host)
         return {**data, "hosts": hosts}
 

@@ -1,8 +1,9 @@
 """The daemon: wires sources, Monitor, cursor store and HTTP under one event loop (edge).
 
 Tasks (``asyncio``): the Monitor (the one writer), a tick every second (settles crashes,
-refreshes time-in-phase and stall flags), a cursor flush every ``cursor_flush_interval_seconds``,
-and per host a supervisor running its ``JournalFollower`` and ``GpuPoller``. A host's failure
+refreshes time-in-phase, stall and unhealthy flags), a cursor flush every
+``cursor_flush_interval_seconds``, and per host a supervisor running its ``JournalFollower``,
+``GpuPoller`` and, where ``health_probe`` is enabled, its ``HealthProber``. A host's failure
 never reaches the others: sources retry on their own, and an unexpected error in a host's
 supervisor is logged with its traceback and the host restarted. The HTTP server runs on its own
 threads and reads only ``Monitor.latest``.
@@ -41,6 +42,7 @@ from vllm_sentinel.cursors import CursorStore
 from vllm_sentinel.errors import ConfigError, GpuCollectorError
 from vllm_sentinel.exporter import SentinelCollector, make_registry
 from vllm_sentinel.gpu import CgroupReader, GpuPoller, GpuReader, NvidiaSmiReader, NvmlReader
+from vllm_sentinel.health import HealthProbeResult
 from vllm_sentinel.http import (
     BasicAuthenticator,
     ServerHandle,
@@ -52,8 +54,9 @@ from vllm_sentinel.http import (
 )
 from vllm_sentinel.journal import FollowerSettings, JournalBatch, JournalFollower
 from vllm_sentinel.monitor import GpuDown, GpuSample, HostPlan, Monitor, Tick
+from vllm_sentinel.probe import HealthProber
 from vllm_sentinel.report import status_document
-from vllm_sentinel.snapshot import CollectorState, GpuReading
+from vllm_sentinel.snapshot import CollectorState, GpuReading, Snapshot
 from vllm_sentinel.transport import LocalTransport, SshSettings, SshTransport, Transport
 
 __all__ = [
@@ -66,7 +69,7 @@ __all__ = [
 ]
 
 _log = structlog.get_logger("vllm_sentinel.daemon")
-Item = JournalBatch | GpuSample | GpuDown | Tick
+Item = JournalBatch | GpuSample | GpuDown | Tick | HealthProbeResult
 _QUEUE_SIZE = 4096
 _MAX_TICK_SECONDS = 1.0
 _HOST_STOP_SECONDS = 10.0
@@ -106,11 +109,14 @@ def host_plan(host: HostConfig, config: Config) -> HostPlan:
         units=tuple(host.units),
         stall_thresholds=host.stall_thresholds(),
         stall_min_growth_bytes=config.defaults.stall_min_growth_bytes,
+        probe_policy=host.probe_policy(),
     )
 
 
 def serve_http(
-    config: Config, get_snapshot: Callable[[], Any], status: Callable[[], Mapping[str, Any]]
+    config: Config,
+    get_snapshot: Callable[[], Snapshot],
+    status: Callable[[], Mapping[str, Any]],
 ) -> ServerHandle:
     """Start the exporter's HTTP server as configured (TLS, basic auth); bind errors raise."""
     exporter = config.exporter
@@ -129,7 +135,7 @@ def serve_http(
             TlsServerConfig(Path(exporter.tls_cert_file), Path(exporter.tls_key_file))
         )
     registry = make_registry(SentinelCollector(get_snapshot))
-    app = make_app(registry, status, authenticator=authenticator)
+    app = make_app(registry, status, authenticator=authenticator, snapshot=get_snapshot)
     return start_http_server(exporter.listen_host, exporter.listen_port, app, ssl_context)
 
 
@@ -139,6 +145,7 @@ class _HostRunner:
     transport: Transport
     follower: JournalFollower
     poller: GpuPoller | None
+    prober: HealthProber | None = None
     task: asyncio.Task[None] | None = None
     gpu_down: bool = field(default=False)
 
@@ -281,7 +288,15 @@ class Daemon:
         elif host.gpu is GpuBackend.NVIDIA_SMI:
             reader = NvidiaSmiReader(transport, timeout_seconds=_gpu_query_timeout(host))
         poller = GpuPoller(host.name, reader, host.gpu_poll_interval_seconds) if reader else None
-        return _HostRunner(host, transport, follower, poller)
+        policy = host.probe_policy()
+        prober = (
+            HealthProber(
+                host.name, transport, policy, lambda: self.monitor.latest, clock=self._clock
+            )
+            if policy.is_enabled_anywhere
+            else None
+        )
+        return _HostRunner(host, transport, follower, poller, prober)
 
     def _start_host(self, host: HostConfig) -> None:
         runner = self._make_runner(host)
@@ -320,6 +335,8 @@ class Daemon:
                     if runner.poller is not None:
                         group.create_task(runner.poller.run(emit_gpu))
                         group.create_task(self._watch_gpu(runner))
+                    if runner.prober is not None:
+                        group.create_task(runner.prober.run(self._queue.put))
             except asyncio.CancelledError:
                 raise
             except Exception:

@@ -9,6 +9,11 @@ accelerated, in a loop:
 * ``vllm-qwen-14b.service`` — the KV cache is too small for max_model_len; the restart works;
 * ``vllm-llama-405b.service`` — shard loading stops printing at 33 %: the stall rule fires.
 
+The readiness probe runs for real (``probe.HealthProber`` over TCP) against a stand-in for each
+unit's vLLM ``/health`` on 127.0.0.1 (``FakeHealthEndpoints``): 503 until the unit's logs say
+ready, then 200 — except Qwen's, whose engine "dies" a little after it became ready: its
+``/health`` answers 503 again while its logs still say ready, and the unit turns ``unhealthy``.
+
 Each record's time is moved to "now" (scaled by the speed-up), invocation ids are renewed on
 every loop, and the records go through ``JournalJsonDecoder`` into the Monitor's queue exactly
 like a followed journal. A synthetic GPU sample per loaded unit makes the memory panels move.
@@ -19,26 +24,31 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from importlib import resources
 from types import MappingProxyType
 
+import h11
 import orjson
 
 from vllm_sentinel.exporter import SentinelCollector, make_registry
+from vllm_sentinel.health import ProbePolicy, ProbeSettings
 from vllm_sentinel.http import make_app, start_http_server
 from vllm_sentinel.journal import JournalBatch
 from vllm_sentinel.journal_json import JournalJsonDecoder
 from vllm_sentinel.monitor import GpuSample, HostPlan, Monitor, Tick
 from vllm_sentinel.phases import Outcome, Phase
+from vllm_sentinel.probe import HealthProber
 from vllm_sentinel.report import status_document
-from vllm_sentinel.snapshot import CollectorState, GpuDevice, GpuProcess, GpuReading
+from vllm_sentinel.snapshot import CollectorState, GpuDevice, GpuProcess, GpuReading, Snapshot
+from vllm_sentinel.transport import LocalTransport
 
 __all__ = [
     "DEMO_HOST",
     "INCIDENTS",
     "DemoIncident",
+    "FakeHealthEndpoints",
     "demo_gpu_sample",
     "play_incident",
     "run_demo",
@@ -200,6 +210,102 @@ _DEMO_THRESHOLDS = MappingProxyType(
 """Stall thresholds of the demo in real seconds at ``speed=1`` (divided by the speed)."""
 
 
+_ENGINE_DIES_AFTER_SECONDS = 20.0
+"""Real seconds (at speed 1) after Qwen's ready line when its fake /health turns to 503."""
+
+
+class FakeHealthEndpoints:
+    """A stand-in for each demo unit's vLLM ``/health``, one port per unit on 127.0.0.1.
+
+    ``/health`` answers 200 while the unit's logs say ready (503 before, as vLLM's socket is
+    bound during the load), ``/v1/models`` the unit's model; ``dies`` lists units whose
+    engine dies ``dies_after_seconds`` after they became ready (503 again, logs unchanged).
+    """
+
+    def __init__(
+        self,
+        get_snapshot: Callable[[], Snapshot],
+        units: Sequence[str],
+        *,
+        dies: Sequence[str] = (),
+        dies_after_seconds: float = _ENGINE_DIES_AFTER_SECONDS,
+    ) -> None:
+        self._get_snapshot = get_snapshot
+        self._units = tuple(units)
+        self._dies = frozenset(dies)
+        self._dies_after = dies_after_seconds
+        self._servers: list[asyncio.Server] = []
+        self.ports: dict[str, int] = {}
+
+    async def start(self) -> None:
+        """Listen on one free port per unit."""
+        for unit in self._units:
+            server = await asyncio.start_server(
+                lambda reader, writer, unit=unit: self._serve(unit, reader, writer),  # type: ignore[misc]
+                "127.0.0.1",
+                0,
+            )
+            self._servers.append(server)
+            self.ports[unit] = int(server.sockets[0].getsockname()[1])
+
+    async def close(self) -> None:
+        """Stop listening."""
+        for server in self._servers:
+            server.close()
+            await server.wait_closed()
+
+    def _answer(self, unit: str, path: str) -> tuple[int, bytes]:
+        snapshot = next(
+            (
+                item
+                for host in self._get_snapshot().hosts
+                for item in host.units
+                if item.unit == unit
+            ),
+            None,
+        )
+        current = snapshot.current if snapshot is not None else None
+        ready_at = None
+        if current is not None and snapshot is not None and snapshot.ready_source == "log":
+            ready_at = next((e.entered_at for e in current.phases if e.phase is Phase.READY), None)
+        if ready_at is None:
+            return 503, b""
+        if unit in self._dies:
+            alive = (datetime.now(UTC) - ready_at).total_seconds()
+            if alive > self._dies_after:
+                return 503, b""
+        if path == "/v1/models":
+            model = current.model if current is not None else None
+            data = [{"id": model, "object": "model", "root": model}] if model else []
+            return 200, orjson.dumps({"object": "list", "data": data})
+        return (200, b"") if path == "/health" else (404, b"")
+
+    async def _serve(
+        self, unit: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        connection = h11.Connection(h11.SERVER)
+        try:
+            while True:
+                event = connection.next_event()
+                if event is h11.NEED_DATA:
+                    connection.receive_data(await reader.read(65536))
+                    continue
+                if isinstance(event, h11.Request):
+                    status, body = self._answer(unit, event.target.decode("ascii", "replace"))
+                    headers = [("Content-Length", str(len(body))), ("Connection", "close")]
+                    writer.write(connection.send(h11.Response(status_code=status, headers=headers)))
+                    writer.write(connection.send(h11.Data(data=body)) or b"")
+                    writer.write(connection.send(h11.EndOfMessage()) or b"")
+                    await writer.drain()
+                    break
+                if isinstance(event, h11.ConnectionClosed):
+                    break
+        except (h11.ProtocolError, OSError):
+            pass
+        finally:
+            writer.close()
+
+
 def _scaled(thresholds: Mapping[Phase, float], speed: float) -> Mapping[Phase, float]:
     return MappingProxyType({phase: seconds / speed for phase, seconds in thresholds.items()})
 
@@ -225,8 +331,34 @@ async def run_demo(
         OSError: the address cannot be bound.
     """
 
+    units = [incident.unit for incident in INCIDENTS]
+    endpoints = FakeHealthEndpoints(
+        lambda: monitor.latest,
+        units,
+        dies=("vllm-qwen-14b.service",),
+        dies_after_seconds=_ENGINE_DIES_AFTER_SECONDS / speed,
+    )
+    await endpoints.start()
+    probing = ProbeSettings(
+        enabled=True,
+        interval_seconds=max(0.5, 2.0 / speed),
+        timeout_seconds=1.0,
+        unhealthy_after_seconds=10.0 / speed,
+    )
+    policy = ProbePolicy(
+        probing,
+        tuple((unit, replace(probing, port=port)) for unit, port in endpoints.ports.items()),
+    )
     monitor = Monitor(
-        [HostPlan(DEMO_HOST, ("vllm-*.service",), _scaled(_DEMO_THRESHOLDS, speed), 256 << 20)],
+        [
+            HostPlan(
+                DEMO_HOST,
+                ("vllm-*.service",),
+                _scaled(_DEMO_THRESHOLDS, speed),
+                256 << 20,
+                policy,
+            )
+        ],
         settle_seconds=5.0,
     )
     up = CollectorState(True, datetime.now(UTC), "", 0)
@@ -236,13 +368,24 @@ async def run_demo(
     app = make_app(
         make_registry(SentinelCollector(lambda: monitor.latest)),
         lambda: status_document(monitor.latest),
+        snapshot=lambda: monitor.latest,
     )
-    server = start_http_server(listen_host, listen_port, app)
+    try:
+        server = start_http_server(listen_host, listen_port, app)
+    except OSError:
+        await endpoints.close()
+        raise
     url = f"http://{server.host}:{server.port}"
     announce(f"vllm-sentinel demo: playing {len(INCIDENTS)} real-shaped incidents on {DEMO_HOST}")
     wanted = r"^vllm_sentinel_unit_(phase\{.*\} 1|crashes_total\{.*\} [1-9]|stalled\{)"
     announce(f"  metrics: curl -s {url}/metrics | grep -E '{wanted}'")
     announce(f"  status:  curl -s {url}/status   (or: vllm-sentinel status --url {url})")
+    kimi = f"{url}/units/{DEMO_HOST}/vllm-kimi-k25.service"
+    announce(f"  startup: curl -s {kimi}   (200 once ready; 503 starting, 500 crashed)")
+    announce(f"           until curl -fs -o /dev/null {kimi}; do sleep 2; done; echo ready")
+    announce(
+        f"  /health: curl -s {url}/metrics | grep -E '^vllm_sentinel_unit_(health_up|unhealthy)'"
+    )
     announce("  Ctrl-C stops.")
     queue: asyncio.Queue[object] = asyncio.Queue()
 
@@ -250,7 +393,6 @@ async def run_demo(
         await queue.put(batch)
 
     async def tick() -> None:
-        units = [incident.unit for incident in INCIDENTS]
         while True:
             await asyncio.sleep(1.0)
             now = datetime.now(UTC)
@@ -262,6 +404,10 @@ async def run_demo(
             async with asyncio.TaskGroup() as group:
                 group.create_task(monitor.run(queue))  # type: ignore[arg-type]
                 group.create_task(tick())
+                prober = HealthProber(
+                    DEMO_HOST, LocalTransport(DEMO_HOST), policy, lambda: monitor.latest
+                )
+                group.create_task(prober.run(queue.put))
                 for incident in INCIDENTS:
                     scaled = DemoIncident(
                         incident.unit,
@@ -274,3 +420,4 @@ async def run_demo(
         pass
     finally:
         await asyncio.to_thread(server.shutdown)
+        await endpoints.close()

@@ -2,8 +2,9 @@
 
 Paths: ``/metrics`` (prometheus_client's WSGI app over our registry: text 0.0.4, or OpenMetrics
 when the ``Accept`` header asks, gzip when accepted), ``/status`` (JSON from a callable),
-``/healthz`` (``ok``), ``/`` (a small index). Everything but ``/healthz`` sits behind basic
-auth when users are configured.
+``/units`` and ``/units/{host}/{unit}`` (the startup endpoint, ``readiness.py``: 200 ready, 503
+starting/unhealthy/stopped, 500 crashed, 404 unknown unit), ``/healthz`` (``ok``), ``/`` (a
+small index). Everything but ``/healthz`` sits behind basic auth when users are configured.
 
 TLS and basic auth come from a Prometheus exporter-toolkit *web config* file::
 
@@ -39,6 +40,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from pathlib import Path
 from socketserver import TCPServer, ThreadingMixIn
 from typing import Any
@@ -52,6 +54,8 @@ from prometheus_client.registry import CollectorRegistry
 
 from vllm_sentinel.errors import ConfigError
 from vllm_sentinel.exporter import make_metrics_app
+from vllm_sentinel.readiness import HTTP_STATUS, UnitState, find_unit, units_document
+from vllm_sentinel.snapshot import Snapshot
 
 __all__ = [
     "DEFAULT_LISTEN_HOST",
@@ -290,6 +294,7 @@ _INDEX = b"""<!doctype html>
 <body><h1>vllm-sentinel</h1><ul>
 <li><a href="metrics">metrics</a>: Prometheus metrics</li>
 <li><a href="status">status</a>: units, phases and crashes as JSON</li>
+<li><a href="units">units</a>: startup state per unit as JSON (units/HOST/UNIT: 200 if ready)</li>
 <li><a href="healthz">healthz</a>: liveness</li>
 </ul></body></html>
 """
@@ -320,13 +325,15 @@ def make_app(
     status: Callable[[], Mapping[str, Any]],
     *,
     authenticator: BasicAuthenticator | None = None,
+    snapshot: Callable[[], Snapshot] | None = None,
 ) -> WSGIApplication:
-    """Make the WSGI app serving ``/metrics``, ``/status``, ``/healthz`` and ``/``.
+    """Make the WSGI app serving ``/metrics``, ``/status``, ``/units``, ``/healthz`` and ``/``.
 
     Args:
         registry: the registry ``/metrics`` renders (``exporter.make_registry``).
         status: returns the ``/status`` document (JSON-ready).
         authenticator: basic auth for every path but ``/healthz``; ``None`` for none.
+        snapshot: returns the latest snapshot, for ``/units`` (``None``: those paths are 404).
     """
     metrics_app = make_metrics_app(registry)  # prometheus_client's app, GETs rendered directly
 
@@ -344,7 +351,8 @@ def make_app(
             )
         if path == "/metrics":
             return metrics_app(environ, start_response)
-        if path not in ("/", "/healthz", "/status"):
+        is_units = snapshot is not None and (path == "/units" or path.startswith("/units/"))
+        if path not in ("/", "/healthz", "/status") and not is_units:
             return _respond(environ, start_response, "404 Not Found", b"Not Found\n")
         if method not in ("GET", "HEAD"):
             return _respond(
@@ -356,6 +364,8 @@ def make_app(
             )
         if path == "/healthz":
             return _respond(environ, start_response, "200 OK", b"ok\n")
+        if is_units and snapshot is not None:
+            return _units(environ, start_response, path, snapshot())
         if path == "/status":
             body = json.dumps(dict(status()), ensure_ascii=False).encode("utf-8")
             return _respond(
@@ -366,6 +376,36 @@ def make_app(
         )
 
     return app
+
+
+def _json(value: Mapping[str, Any]) -> bytes:
+    return json.dumps(dict(value), ensure_ascii=False).encode("utf-8")
+
+
+def _units(
+    environ: WSGIEnvironment, start_response: StartResponse, path: str, snapshot: Snapshot
+) -> Iterable[bytes]:
+    """``/units`` (200, every unit) or ``/units/{host}/{unit}`` (its state's status code)."""
+    if path == "/units":
+        body = _json(units_document(snapshot))
+        return _respond(environ, start_response, "200 OK", body, content_type="application/json")
+    # PATH_INFO holds the URL-decoded bytes as latin-1 (PEP 3333); names are UTF-8
+    rest = path[len("/units/") :].encode("latin-1").decode("utf-8", "replace")
+    host, _, unit = rest.partition("/")
+    document = find_unit(snapshot, host, unit) if host and unit else None
+    if document is None:
+        body = _json({"error": "unknown unit", "host": host or None, "unit": unit or None})
+        return _respond(
+            environ, start_response, "404 Not Found", body, content_type="application/json"
+        )
+    code = HTTPStatus(HTTP_STATUS[UnitState(document["state"])])
+    return _respond(
+        environ,
+        start_response,
+        f"{code.value} {code.phrase}",
+        _json(document),
+        content_type="application/json",
+    )
 
 
 # --------------------------------------------------------------------------- server

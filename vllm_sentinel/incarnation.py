@@ -82,6 +82,7 @@ class Incarnation:
     model: str | None = None
     model_from_engine: bool = False
     tensor_parallel_size: int | None = None
+    api_url: str | None = None  # where its API server listens (health.py)
     max_rank: int | None = None
     shards_loaded: int | None = None
     shards_total: int | None = None
@@ -192,6 +193,7 @@ class Incarnation:
             vllm_version=self.vllm_version,
             model=self.model,
             tensor_parallel_size=tp,
+            api_url=self.api_url,
             progress=Progress(
                 weights_shards_loaded=self.shards_loaded,
                 weights_shards_total=self.shards_total,
@@ -263,6 +265,9 @@ def read_figures(incarnation: Incarnation, event: Event, groups: Mapping[str, st
     version = groups.get("ver")
     if version and incarnation.vllm_version is None:
         incarnation.vllm_version = version[:64]
+    url = groups.get("url")
+    if url:
+        incarnation.api_url = url[:256]  # the API server's own start line wins
     model = groups.get("model")
     if (
         model

@@ -14,7 +14,8 @@ varies carry a ``needle`` substring that must be present before the regex runs.
 Named groups are the numbers and names a line carries: ``ver`` (vLLM version), ``model``,
 ``tp`` (tensor-parallel size), ``n``/``total`` (progress), ``gib`` (GiB), ``s`` (seconds),
 ``tokens`` (KV cache tokens, thousands separators allowed), ``workers`` (worker processes),
-``world`` (distributed world size).
+``world`` (distributed world size), ``url`` (where the API server listens: ``http://HOST:PORT``
+or ``unix:/path``).
 """
 
 from __future__ import annotations
@@ -490,7 +491,7 @@ MARKERS: tuple[Marker, ...] = (
     Marker(
         _E.API_SERVER_STARTING,
         _P.STARTING_API_SERVER,
-        r"^Starting vLLM (?:API )?server (?:\d+ )?on \S+$",
+        r"^Starting vLLM (?:API )?server (?:\d+ )?on (?P<url>\S+)$",
         "API server on: 0.7.3–0.9.0; API server N on: 0.9.1–0.17.0; server on: 0.18.0–0.33.0",
         "vllm/entrypoints/openai/api_server.py, launchers/api_server/entry.py",
     ),
@@ -542,7 +543,7 @@ MARKERS: tuple[Marker, ...] = (
     Marker(
         _E.APP_STARTUP_COMPLETE,
         _P.READY,
-        r"^Uvicorn running on \S+",
+        r"^Uvicorn running on (?P<url>\S+)",
         "vLLM ≤0.7.0 only (uvicorn binds the socket)",
         "uvicorn/server.py",
         kinds=_UVICORN,

@@ -245,6 +245,33 @@ def _unit_stalled(snapshot: Snapshot) -> Iterator[Sample]:
         yield (host, unit.unit), 1.0 if unit.stalled else 0.0
 
 
+def _unit_health_up(snapshot: Snapshot) -> Iterator[Sample]:
+    for host, unit in _units(snapshot):
+        health = unit.health
+        if health is not None and health.up is not None:
+            yield (host, unit.unit), 1.0 if health.up else 0.0
+
+
+def _unit_health_probe_duration(snapshot: Snapshot) -> Iterator[Sample]:
+    for host, unit in _units(snapshot):
+        health = unit.health
+        if health is not None and health.duration_seconds is not None:
+            yield (host, unit.unit), health.duration_seconds
+
+
+def _unit_health_last_success(snapshot: Snapshot) -> Iterator[Sample]:
+    for host, unit in _units(snapshot):
+        health = unit.health
+        if health is not None and health.last_success_at is not None:
+            yield (host, unit.unit), _seconds(health.last_success_at)
+
+
+def _unit_unhealthy(snapshot: Snapshot) -> Iterator[Sample]:
+    for host, unit in _units(snapshot):
+        health = unit.health
+        yield (host, unit.unit), 1.0 if health is not None and health.unhealthy else 0.0
+
+
 def _is_journal_up(host: HostSnapshot) -> bool:
     state = host.collectors.get("journal")
     return state is not None and state.up
@@ -438,6 +465,36 @@ METRICS: tuple[MetricDefinition, ...] = (
         "1 while the unit is stalled in a startup phase, else 0.",
         _HU,
         _unit_stalled,
+    ),
+    MetricDefinition(
+        "vllm_sentinel_unit_health_up",
+        _G,
+        "1 when the unit's last /health probe got HTTP 200, 0 when it failed (absent when the "
+        "unit is not probed or its host could not be reached).",
+        _HU,
+        _unit_health_up,
+    ),
+    MetricDefinition(
+        "vllm_sentinel_unit_health_probe_duration_seconds",
+        _G,
+        "Seconds the unit's last /health probe took, up to its timeout.",
+        _HU,
+        _unit_health_probe_duration,
+    ),
+    MetricDefinition(
+        "vllm_sentinel_unit_health_last_success_timestamp_seconds",
+        _G,
+        "When the current incarnation's /health last answered HTTP 200.",
+        _HU,
+        _unit_health_last_success,
+    ),
+    MetricDefinition(
+        "vllm_sentinel_unit_unhealthy",
+        _G,
+        "1 while the unit is ready per its logs but every /health probe failed for longer "
+        "than unhealthy_after_seconds, else 0.",
+        _HU,
+        _unit_unhealthy,
     ),
     MetricDefinition(
         "vllm_sentinel_unit_state_known",

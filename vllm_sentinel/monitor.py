@@ -24,9 +24,17 @@ import structlog
 from vllm_sentinel.attribution import attribute_processes
 from vllm_sentinel.causes import DEFAULT_BENIGN_PATTERNS, BenignMatcher
 from vllm_sentinel.cursors import CursorStore
+from vllm_sentinel.health import (
+    HealthProbeResult,
+    HealthTracker,
+    ProbePolicy,
+    incarnation_key,
+    is_probed,
+    with_probe_readiness,
+)
 from vllm_sentinel.journal import JournalBatch
 from vllm_sentinel.markers import MarkerMatcher
-from vllm_sentinel.phases import Outcome, Phase
+from vllm_sentinel.phases import STARTUP_PHASES, Outcome, Phase
 from vllm_sentinel.report import iso_utc
 from vllm_sentinel.snapshot import (
     CollectorState,
@@ -43,6 +51,7 @@ from vllm_sentinel.tracker import TrackerSet, UnitTracker
 __all__ = ["GpuDown", "GpuSample", "HostPlan", "Monitor", "Tick"]
 
 _Ident = tuple[str | None, datetime | None]
+_NOT_AFTER_READY = frozenset((*STARTUP_PHASES, Phase.READY))
 _log = structlog.get_logger("vllm_sentinel.monitor")
 
 
@@ -73,6 +82,9 @@ class Tick:
     at: datetime
 
 
+_Item = JournalBatch | GpuSample | GpuDown | Tick | HealthProbeResult
+
+
 @dataclass(frozen=True, slots=True)
 class HostPlan:
     """What the Monitor needs to know about one configured host."""
@@ -83,6 +95,7 @@ class HostPlan:
         default_factory=lambda: dict(DEFAULT_STALL_THRESHOLDS)
     )
     stall_min_growth_bytes: int = 256 << 20
+    probe_policy: ProbePolicy = field(default_factory=ProbePolicy)
 
 
 @dataclass(slots=True)
@@ -94,6 +107,7 @@ class _Host:
     gpus: tuple[GpuDevice, ...] = ()
     unit_gpu_bytes: dict[str, dict[int, int]] = field(default_factory=dict)
     growth: dict[str, GpuGrowth] = field(default_factory=dict)
+    health: dict[str, HealthTracker] = field(default_factory=dict)  # unit → its probes
     backfilling: bool = False
     # The decorated unit snapshots of the last publish, reused while nothing was applied to
     # the host (None: rebuild). A fleet's GPU samples and records touch a few hosts at a time;
@@ -145,6 +159,7 @@ class Monitor:
         self._previous: dict[tuple[str, str], tuple[_Ident, int, Phase]] = {}
         self._counted: dict[tuple[str, str], int] = {}
         self._stalled: dict[tuple[str, str], str | None] = {}  # invocation id while stalled
+        self._unhealthy: set[tuple[str, str]] = set()
         self.applied_records_total = 0
         for plan in hosts:
             self._hosts[plan.name] = self._new_host(plan)
@@ -188,14 +203,18 @@ class Monitor:
                 for unit in [unit for unit in host.growth if not host.trackers.wants(unit)]:
                     del host.growth[unit]
             host.plan = plan
+            for unit in list(host.health):
+                if not host.trackers.wants(unit) or not plan.probe_policy.for_unit(unit).enabled:
+                    del host.health[unit]
         for host in self._hosts.values():
             host.published = None
             host.decorated.clear()
-        known = (*self._previous, *self._counted, *self._stalled)
+        known = (*self._previous, *self._counted, *self._stalled, *self._unhealthy)
         for key in [key for key in known if not self._keeps(*key)]:
             self._previous.pop(key, None)
             self._counted.pop(key, None)
             self._stalled.pop(key, None)
+            self._unhealthy.discard(key)
 
     def _keeps(self, host: str, unit: str) -> bool:
         entry = self._hosts.get(host)
@@ -225,7 +244,7 @@ class Monitor:
 
     # --- applying ------------------------------------------------------------------------
 
-    def apply(self, item: JournalBatch | GpuSample | GpuDown | Tick) -> None:
+    def apply(self, item: _Item) -> None:
         """Apply one item from the queue (synchronous: the core does the work)."""
         if isinstance(item, JournalBatch):
             host = self._hosts.get(item.host)
@@ -240,6 +259,8 @@ class Monitor:
                 self._cursors.mark(item.host, item.cursor, self._unsettled_since(host))
         elif isinstance(item, GpuSample):
             self._apply_gpu(item)
+        elif isinstance(item, HealthProbeResult):
+            self._apply_health(item)
         elif isinstance(item, GpuDown):
             host = self._hosts.get(item.host)
             if host is not None:
@@ -248,6 +269,7 @@ class Monitor:
                 host.decorated.clear()
         else:
             for name, host in self._hosts.items():
+                self._recheck_health(host, item.at)
                 if host.backfilling:
                     continue  # late lines of backfilled crashes may still be on their way
                 settled = False
@@ -264,6 +286,44 @@ class Monitor:
         """The earliest end of a crash of ``host`` that is applied but not counted yet."""
         ends = [end for tracker in host.trackers if (end := tracker.unsettled_since())]
         return min(ends) if ends else None
+
+    def _apply_health(self, result: HealthProbeResult) -> None:
+        """Take a probe result of a unit's current incarnation (a stale one is dropped)."""
+        host = self._hosts.get(result.host)
+        if host is None:
+            return
+        current = next(
+            (
+                tracker.snapshot().current
+                for tracker in host.trackers
+                if tracker.unit == result.unit
+            ),
+            None,
+        )
+        if current is None or incarnation_key(current) != result.incarnation:
+            return  # the incarnation it was sent for has been replaced meanwhile
+        if not host.plan.probe_policy.for_unit(result.unit).enabled:
+            return  # probing was turned off by a reload while it was in flight
+        health = host.health.get(result.unit)
+        if health is None or health.incarnation != result.incarnation:
+            health = host.health[result.unit] = HealthTracker(result.incarnation)
+        health.apply(result, is_ready=current.phase is Phase.READY)
+        host.published = None
+        host.decorated.pop(result.unit, None)
+
+    def _recheck_health(self, host: _Host, now: datetime) -> None:
+        """Republish a unit whose unhealthy verdict changed with time alone."""
+        for unit, health in host.health.items():
+            if health.failing_since is None:
+                continue
+            threshold = host.plan.probe_policy.for_unit(unit).unhealthy_after_seconds
+            cached = host.decorated.get(unit)
+            shown = (
+                cached is not None and cached[1].health is not None and cached[1].health.unhealthy
+            )
+            if health.is_unhealthy(now, threshold) != shown:
+                host.published = None
+                host.decorated.pop(unit, None)
 
     def _apply_gpu(self, sample: GpuSample) -> None:
         host = self._hosts.get(sample.host)
@@ -367,6 +427,21 @@ class Monitor:
         return unit if stalled == unit.stalled else replace(unit, stalled=stalled)
 
     def _decorate(self, host: _Host, unit: UnitSnapshot, now: datetime) -> UnitSnapshot:
+        """The tracker's unit with GPU memory, the stall verdict and the probes' health."""
+        decorated = self._decorate_gpu(host, unit, now)
+        current = decorated.current
+        health = host.health.get(unit.unit)
+        if (
+            current is None
+            or health is None
+            or health.incarnation != incarnation_key(current)
+            or not is_probed(current)  # ended or stopping: its last probe is history
+        ):
+            return with_probe_readiness(decorated, None)
+        threshold = host.plan.probe_policy.for_unit(unit.unit).unhealthy_after_seconds
+        return with_probe_readiness(decorated, health.snapshot(now, threshold))
+
+    def _decorate_gpu(self, host: _Host, unit: UnitSnapshot, now: datetime) -> UnitSnapshot:
         growth = host.growth.get(unit.unit)
         gpu_bytes = host.unit_gpu_bytes.get(unit.unit, {})
         decorated = replace(
@@ -415,6 +490,7 @@ class Monitor:
                 if current is None:
                     continue
                 self._log_stall(host.host, unit, current)
+                self._log_health(host.host, unit, current)
                 self._log_phases(host.host, unit, current)
 
     def _log_phases(self, host: str, unit: UnitSnapshot, current: IncarnationSnapshot) -> None:
@@ -423,6 +499,8 @@ class Monitor:
         backfill) is one event with its current phase."""
         key = (host, unit.unit)
         ident = (current.id, current.started_at)
+        # a ready entry added from a /health probe is not one of the tracker's phases
+        overlay = 1 if unit.ready_source == "health_probe" else 0
         previous = self._previous.get(key)
         if previous is None:
             entries = [(current, current.phases[-1])] if current.phases else []
@@ -437,6 +515,9 @@ class Monitor:
                 )
                 entries = [(old, entry) for entry in old.phases[logged:]] if old else []
                 entries += [(current, entry) for entry in current.phases]
+            if last is Phase.READY and old_ident == ident:
+                # ready was logged (from a probe): the logs catching up are not news
+                entries = [item for item in entries if item[1].phase not in _NOT_AFTER_READY]
         for incarnation, entry in entries:
             _log.info(
                 "unit_phase_changed",
@@ -450,7 +531,35 @@ class Monitor:
             )
             last = entry.phase
         if current.phases:
-            self._previous[key] = (ident, len(current.phases), current.phases[-1].phase)
+            self._previous[key] = (ident, len(current.phases) - overlay, current.phases[-1].phase)
+
+    def _log_health(self, host: str, unit: UnitSnapshot, current: IncarnationSnapshot) -> None:
+        """One event when a unit becomes unhealthy, one when that ends (not per publish)."""
+        key = (host, unit.unit)
+        unhealthy = unit.health is not None and unit.health.unhealthy
+        if unhealthy == (key in self._unhealthy):
+            return
+        if unhealthy and unit.health is not None:
+            self._unhealthy.add(key)
+            _log.warning(
+                "unit_unhealthy",
+                host=host,
+                unit=unit.unit,
+                invocation_id=current.id,
+                url=unit.health.url,
+                reason=unit.health.error,
+                status=unit.health.status,
+                failing_since=iso_utc(unit.health.failing_since),
+            )
+        else:
+            self._unhealthy.discard(key)
+            _log.info(
+                "unit_unhealthy_cleared",
+                host=host,
+                unit=unit.unit,
+                invocation_id=current.id,
+                outcome=current.outcome.value,
+            )
 
     def _log_stall(self, host: str, unit: UnitSnapshot, current: IncarnationSnapshot) -> None:
         """One event when a unit becomes stalled, one when it moves again (not per publish)."""
@@ -480,7 +589,7 @@ class Monitor:
                 outcome=current.outcome.value,
             )
 
-    async def run(self, queue: asyncio.Queue[JournalBatch | GpuSample | GpuDown | Tick]) -> None:
+    async def run(self, queue: asyncio.Queue[_Item]) -> None:
         """Apply queue items forever, publishing when idle or every publish interval."""
         last_publish = time.monotonic()
         while True:

@@ -25,6 +25,7 @@ __all__ = [
     "PhaseEntry",
     "Progress",
     "Snapshot",
+    "UnitHealth",
     "UnitSnapshot",
 ]
 
@@ -102,11 +103,43 @@ class IncarnationSnapshot:
     model: str | None = None
     tensor_parallel_size: int | None = None
     progress: Progress = field(default_factory=Progress)
+    api_url: str | None = None  # where its API server listens, from its logs (health.py)
 
     @property
     def phase_entered_at(self) -> datetime | None:
         """When the current phase began."""
         return self.phases[-1].entered_at if self.phases else self.started_at
+
+
+@dataclass(frozen=True, slots=True)
+class UnitHealth:
+    """What the probes of the current incarnation say (``UnitSnapshot.health``).
+
+    Attributes:
+        url: the base URL probed.
+        up: True when the last probe got 200 from ``/health``, False when it failed, ``None``
+            when the host could not be reached (or no probe finished yet).
+        error, status: the last probe's error (``PROBE_ERRORS``) and HTTP status.
+        last_probe_at: when the last probe started.
+        duration_seconds: how long it took.
+        last_success_at: when ``/health`` last answered 200.
+        ready_at: when it first answered 200 in this incarnation.
+        failing_since: when the probes started failing while the unit was ready.
+        unhealthy: ready, and failing for at least the unit's ``unhealthy_after_seconds``.
+        served_models: model ids from ``/v1/models``.
+    """
+
+    url: str
+    up: bool | None
+    error: str = ""
+    status: int | None = None
+    last_probe_at: datetime | None = None
+    duration_seconds: float | None = None
+    last_success_at: datetime | None = None
+    ready_at: datetime | None = None
+    failing_since: datetime | None = None
+    unhealthy: bool = False
+    served_models: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +161,11 @@ class UnitSnapshot:
         gpu_memory_used_bytes: bytes held by the unit's processes per GPU index (daemon).
         last_gpu_growth_at: when that memory last grew by the stall threshold (daemon).
         stalled: the stall rule's verdict at snapshot time (daemon).
+        health: what the ``/health`` probes of the current incarnation say (daemon; ``None``
+            when it is not probed).
+        ready_source: what says the unit is ready: ``"log"`` (its own lines),
+            ``"health_probe"`` (``/health`` answered while the logs lag), ``None`` (not
+            ready, or not probed: see ``health.with_probe_readiness``).
     """
 
     host: str | None
@@ -144,6 +182,8 @@ class UnitSnapshot:
     gpu_memory_used_bytes: Mapping[int, int] = field(default_factory=dict)
     last_gpu_growth_at: datetime | None = None
     stalled: bool = False
+    health: UnitHealth | None = None
+    ready_source: str | None = None
 
     @property
     def current(self) -> IncarnationSnapshot | None:

@@ -41,6 +41,7 @@ from vllm_sentinel.causes import (
 )
 from vllm_sentinel.crash import CrashBook
 from vllm_sentinel.failure_lines import Effect, FailureMatch, classify_failure_line
+from vllm_sentinel.health import api_url_from_args
 from vllm_sentinel.incarnation import Incarnation, parse_int, read_figures
 from vllm_sentinel.incarnations import Incarnations
 from vllm_sentinel.line_clock import LineClock
@@ -533,6 +534,8 @@ class UnitTracker:
             and _SINGLE_DEVICE_EXECUTOR.match(source) is not None
         ):
             incarnation.tensor_parallel_size = 1
+        if event is Event.SERVER_CONFIG and incarnation.api_url is None:
+            incarnation.api_url = api_url_from_args(body)
         if event is Event.FATAL or event is Event.PORT_CONFLICT:
             if incarnation.ended or incarnation.stop_requested:
                 return

@@ -7,6 +7,14 @@
   terminates the child or closes the SSH channel — a remote ``journalctl -f`` exits on
   hang-up. It raises ``TransportError`` when the command cannot start or exits non-zero.
 * ``run(argv, timeout)`` returns the whole stdout of a short command.
+* ``connect()`` makes sure the host can be reached (opens the SSH connection, bounded by
+  ``connect_timeout_seconds``), so that a caller can time what follows on its own;
+* ``open_tcp(address, port)`` / ``open_unix(path)`` open a byte stream to a port or Unix
+  socket *on that host* (the readiness probe's ``GET /health``): locally a plain connection,
+  over SSH a ``direct-tcpip`` (``direct-streamlocal``) channel of the host's one connection —
+  no extra network path, no port opened anywhere. A refused connection raises
+  ``TransportError`` with reason ``connection_refused``; an SSH server that does not allow
+  forwarding (``AllowTcpForwarding no``) ``forwarding_refused``. Timeouts are the caller's.
 
 ``argv`` is a list of arguments. Locally it is executed without a shell; over SSH the remote
 command line is built with ``shlex.join``, so every argument is quoted for the remote POSIX
@@ -33,7 +41,7 @@ import asyncio
 import contextlib
 import os.path
 import shlex
-from collections.abc import AsyncGenerator, Awaitable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -42,7 +50,7 @@ import structlog
 
 from vllm_sentinel.errors import HostKeyError, TransportError
 
-__all__ = ["LocalTransport", "SshSettings", "SshTransport", "Transport"]
+__all__ = ["ByteStream", "LocalTransport", "SshSettings", "SshTransport", "Transport"]
 
 _READ_SIZE = 1 << 16
 _STDERR_TAIL = 2000
@@ -66,6 +74,18 @@ class Transport(Protocol):
 
     async def close(self) -> None:
         """Release connections."""
+        ...
+
+    async def connect(self) -> None:
+        """Make sure the host can be reached (over SSH: the connection is up); else raise."""
+        ...
+
+    async def open_tcp(self, address: str, port: int) -> ByteStream:
+        """Open a TCP connection to ``address:port`` as seen from the host."""
+        ...
+
+    async def open_unix(self, path: str) -> ByteStream:
+        """Open a connection to the Unix socket ``path`` on the host."""
         ...
 
 
@@ -140,6 +160,27 @@ class LocalTransport:
 
     async def close(self) -> None:
         return None
+
+    async def connect(self) -> None:
+        return None
+
+    async def open_tcp(self, address: str, port: int) -> ByteStream:
+        try:
+            reader, writer = await asyncio.open_connection(address, port)
+        except ConnectionRefusedError as error:
+            raise TransportError(self.host, "connection_refused", _describe(error)) from error
+        except OSError as error:
+            raise TransportError(self.host, "connect_failed", _describe(error)) from error
+        return ByteStream(reader.read, writer)
+
+    async def open_unix(self, path: str) -> ByteStream:
+        try:
+            reader, writer = await asyncio.open_unix_connection(path)
+        except (ConnectionRefusedError, FileNotFoundError) as error:
+            raise TransportError(self.host, "connection_refused", _describe(error)) from error
+        except OSError as error:
+            raise TransportError(self.host, "connect_failed", _describe(error)) from error
+        return ByteStream(reader.read, writer)
 
 
 async def _wait_at_most(awaitable: Awaitable[object], seconds: float) -> bool:
@@ -359,6 +400,29 @@ class SshTransport:
             )
         return stdout if isinstance(stdout, bytes) else b""
 
+    async def connect(self) -> None:
+        await self._connect()
+
+    async def open_tcp(self, address: str, port: int) -> ByteStream:
+        connection = await self._connect()
+        try:
+            reader, writer = await connection.open_connection(address, port)
+        except asyncssh.ChannelOpenError as error:
+            raise TransportError(self.host, _open_refusal(error), _describe(error)) from error
+        except (OSError, asyncssh.Error) as error:
+            raise TransportError(self.host, "ssh_connection_lost", _describe(error)) from error
+        return ByteStream(reader.read, writer)
+
+    async def open_unix(self, path: str) -> ByteStream:
+        connection = await self._connect()
+        try:
+            reader, writer = await connection.open_unix_connection(path)
+        except asyncssh.ChannelOpenError as error:
+            raise TransportError(self.host, _open_refusal(error), _describe(error)) from error
+        except (OSError, asyncssh.Error) as error:
+            raise TransportError(self.host, "ssh_connection_lost", _describe(error)) from error
+        return ByteStream(reader.read, writer)
+
     async def close(self) -> None:
         connection, self._connection = self._connection, None
         if connection is not None:
@@ -383,3 +447,50 @@ def _describe(error: BaseException) -> str:
     reason = getattr(error, "reason", None)
     text = str(reason or error) or type(error).__name__
     return f"{type(error).__name__}: {text}"[:300]
+
+
+def _open_refusal(error: asyncssh.ChannelOpenError) -> str:
+    """The reason of a refused forwarding channel: policy, or nothing listening there."""
+    if error.code == asyncssh.OPEN_ADMINISTRATIVELY_PROHIBITED:
+        return "forwarding_refused"
+    return "connection_refused"
+
+
+class _Writer(Protocol):
+    def write(self, data: bytes) -> None: ...
+    async def drain(self) -> None: ...
+    def close(self) -> None: ...
+    async def wait_closed(self) -> None: ...
+
+
+class ByteStream:
+    """A connection opened by ``Transport.open_tcp``/``open_unix``: bytes in, bytes out.
+
+    Wraps an asyncio stream pair or an asyncssh channel's; errors of either (``OSError``,
+    ``asyncssh.Error``) surface as ``ConnectionResetError``.
+    """
+
+    def __init__(self, read: Callable[[int], Awaitable[bytes]], writer: _Writer) -> None:
+        self._read = read
+        self._writer = writer
+
+    async def read(self, size: int = _READ_SIZE) -> bytes:
+        """Up to ``size`` bytes; ``b""`` at the end of the stream."""
+        try:
+            return await self._read(size)
+        except (OSError, asyncssh.Error) as error:
+            raise ConnectionResetError(_describe(error)) from error
+
+    async def write(self, data: bytes) -> None:
+        """Send ``data`` and wait until it may be sent again (flow control)."""
+        try:
+            self._writer.write(data)
+            await self._writer.drain()
+        except (OSError, asyncssh.Error) as error:
+            raise ConnectionResetError(_describe(error)) from error
+
+    async def aclose(self) -> None:
+        """Close the connection (waits at most 5 s for the peer)."""
+        with contextlib.suppress(OSError, asyncssh.Error):
+            self._writer.close()
+            await _wait_at_most(self._writer.wait_closed(), _CLOSE_WAIT_SECONDS)

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -336,3 +337,49 @@ def test_demo_shows_phases_moving_and_crash_causes() -> None:
     assert status.returncode == 0
     assert "vllm-kimi-k25.service" in status.stdout.decode()
     assert b"curl -s" in out
+
+
+def _unit_state(url: str, unit: str) -> tuple[int, dict[str, object]] | None:
+    """GET /units/demo-gpu-01/UNIT: (status, JSON), or None while the server is starting."""
+    try:
+        with urllib.request.urlopen(f"{url}/units/demo-gpu-01/{unit}", timeout=5) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        with error:
+            return error.code, json.loads(error.read())
+    except OSError:
+        return None
+
+
+@pytest.mark.integration
+def test_demo_probes_health_and_serves_the_startup_endpoint() -> None:
+    """The demo's /units answers 503 then 200 for Kimi, and Qwen turns unhealthy (503)."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    command = [*CLI, "demo", "--listen", f"127.0.0.1:{port}", "--speed", "6", "--duration", "60"]
+    seen: dict[str, set[tuple[int, str]]] = {
+        "vllm-kimi-k25.service": set(),
+        "vllm-qwen-14b.service": set(),
+    }
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as demo:
+        try:
+            deadline = time.monotonic() + 55
+            while time.monotonic() < deadline and not (
+                (200, "ready") in seen["vllm-kimi-k25.service"]
+                and (503, "unhealthy") in seen["vllm-qwen-14b.service"]
+            ):
+                for unit, states in seen.items():
+                    answer = _unit_state(url, unit)
+                    if answer is not None:
+                        states.add((answer[0], str(answer[1]["state"])))
+                time.sleep(0.2)  # the demo plays in real time: poll, bounded by the deadline
+            with urllib.request.urlopen(url + "/metrics", timeout=5) as response:
+                samples = parse_metrics(response.read().decode())
+        finally:
+            demo.send_signal(signal.SIGINT)
+            out, err = demo.communicate(timeout=10)
+    assert demo.returncode == 0, err.decode()
+    assert {(503, "starting"), (200, "ready")} <= seen["vllm-kimi-k25.service"], seen
+    assert (503, "unhealthy") in seen["vllm-qwen-14b.service"], seen
+    assert value(samples, "vllm_sentinel_unit_health_up", unit="vllm-kimi-k25.service") is not None
+    assert b"until curl -fs" in out

@@ -42,6 +42,7 @@ class TestAlertDefinitions:
             "VllmCrashed",
             "VllmCrashLooping",
             "VllmNotReady",
+            "VllmReadyButUnhealthy",
             "VllmSentinelCollectorDown",
             "VllmSentinelDown",
             "VllmSentinelAbsent",

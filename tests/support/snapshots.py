@@ -2,7 +2,7 @@
 
 ``basic_snapshot()`` is one scrape's worth of state at a fixed time, chosen to exercise every
 metric family: host ``gpu-a`` has a unit that crashed once and is now loading weights, a unit
-that is ready, and a unit with no records yet; host ``gpu-b`` has its journal collector down.
+that is ready (its ``/health`` probe answering), and a unit with no records yet; host ``gpu-b`` has its journal collector down.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from vllm_sentinel.snapshot import (
     PhaseEntry,
     Progress,
     Snapshot,
+    UnitHealth,
     UnitSnapshot,
 )
 
@@ -175,6 +176,17 @@ def _ready() -> UnitSnapshot:
         },
         startup_duration_seconds=135.0,
         gpu_memory_used_bytes={2: 70 * GIB},
+        health=UnitHealth(
+            url="http://127.0.0.1:8000",
+            up=True,
+            status=200,
+            last_probe_at=at(1790),
+            duration_seconds=0.0042,
+            last_success_at=at(1790),
+            ready_at=at(240),
+            served_models=("Qwen/Qwen2.5-7B-Instruct",),
+        ),
+        ready_source="log",
     )
 
 

@@ -346,13 +346,22 @@ async def _stop(child: asyncio.subprocess.Process) -> None:
 class OpenSshServer:
     """A real OpenSSH ``sshd`` on 127.0.0.1 with a throwaway config (context manager).
 
+    ``extra_config`` lines are appended to the config (``AllowTcpForwarding no``).
+
     Attributes:
         port, known_hosts_path, client_key_path, config_path, log (stderr lines so far).
     """
 
-    def __init__(self, directory: Path | str, *, sshd: str = "/usr/sbin/sshd") -> None:
+    def __init__(
+        self,
+        directory: Path | str,
+        *,
+        sshd: str = "/usr/sbin/sshd",
+        extra_config: tuple[str, ...] = (),
+    ) -> None:
         self.directory = Path(directory)
         self._sshd = sshd
+        self._extra_config = extra_config
         self.port = 0
         self.known_hosts_path = self.directory / "known_hosts"
         self.client_key_path = self.directory / "client_ed25519"
@@ -392,6 +401,7 @@ class OpenSshServer:
                     "UsePAM no",
                     "StrictModes no",
                     "LogLevel VERBOSE",
+                    *self._extra_config,
                     "",
                 ]
             )

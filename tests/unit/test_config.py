@@ -14,6 +14,8 @@ from vllm_sentinel.config import (
     DefaultsConfig,
     ExporterConfig,
     GpuBackend,
+    HealthProbeConfig,
+    HealthProbeUnitConfig,
     HostConfig,
     StallThresholds,
     check_config,
@@ -23,6 +25,7 @@ from vllm_sentinel.config import (
     parse_listen_address,
 )
 from vllm_sentinel.errors import ConfigError
+from vllm_sentinel.health import ProbeSettings
 from vllm_sentinel.phases import STARTUP_PHASES, Phase
 from vllm_sentinel.transport import SshSettings
 
@@ -128,7 +131,16 @@ class TestExampleFile:
             assert getattr(remote, key) == getattr(defaults, key), key
 
     @pytest.mark.parametrize(
-        "model", [ExporterConfig, DefaultsConfig, StallThresholds, HostConfig], ids=str
+        "model",
+        [
+            ExporterConfig,
+            DefaultsConfig,
+            StallThresholds,
+            HostConfig,
+            HealthProbeConfig,
+            HealthProbeUnitConfig,
+        ],
+        ids=str,
     )
     def test_documents_every_key(self, model: type[BaseModel]) -> None:
         """Every key of every table appears in the example, set or commented out."""
@@ -702,3 +714,72 @@ class TestCheckConfig:
         path.write_text("hosts = []\n", encoding="utf-8")
         with pytest.raises(ConfigError, match="hosts: list at least one"):
             check_config(path)
+
+
+class TestHealthProbeConfig:
+    TEXT = """
+[defaults.health_probe]
+interval_seconds = 3.0
+[defaults.health_probe.units."vllm-batch-*.service"]
+enabled = false
+[[hosts]]
+name = "one"
+local = true
+[hosts.health_probe]
+enabled = true
+timeout_seconds = 2.0
+[hosts.health_probe.units."vllm-kimi.service"]
+port = 18000
+[[hosts]]
+name = "two"
+local = true
+"""
+
+    def test_off_by_default(self) -> None:
+        """Without health_probe tables no unit is probed."""
+        policy = default_config().hosts[0].probe_policy()
+        assert not policy.is_enabled_anywhere
+        assert policy.default == ProbeSettings()
+
+    def test_hosts_and_units_inherit_and_override(self) -> None:
+        """Host keys merge over [defaults]; unit tables over their host; first match wins."""
+        one, two = parse_config(self.TEXT).hosts
+        policy = one.probe_policy()
+        assert policy.for_unit("vllm-qwen.service") == ProbeSettings(
+            enabled=True, interval_seconds=3.0, timeout_seconds=2.0
+        )
+        assert policy.for_unit("vllm-kimi.service") == ProbeSettings(
+            enabled=True, port=18000, interval_seconds=3.0, timeout_seconds=2.0
+        )
+        assert policy.for_unit("vllm-batch-7.service").enabled is False
+        other = two.probe_policy()
+        assert not other.for_unit("vllm-qwen.service").enabled
+        assert other.for_unit("vllm-qwen.service").interval_seconds == 3.0
+
+    def test_bad_values_are_named(self) -> None:
+        """Ports, intervals, unknown keys and unit patterns are checked with their paths."""
+        text = """
+[[hosts]]
+name = "one"
+local = true
+[hosts.health_probe]
+port = 70000
+interval_seconds = 0.1
+timeout = 3
+[hosts.health_probe.units."vllm; rm.service"]
+port = 1
+"""
+        with pytest.raises(ConfigError) as error:
+            parse_config(text)
+        message = str(error.value)
+        assert "4 invalid keys" in message
+        assert "hosts[0].health_probe.port: Input should be less than or equal to 65535" in message
+        assert (
+            "hosts[0].health_probe.interval_seconds: Input should be greater than or equal to 0.5"
+            in message
+        )
+        assert (
+            "hosts[0].health_probe.timeout: unknown key (did you mean 'timeout_seconds'?)"
+            in message
+        )
+        assert "is not a valid systemd unit name or glob" in message

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -755,7 +756,9 @@ async def test_replay_reads_a_split_traceback_across_a_restart_70_s_later(
     journal_writer.wait_until_readable(len(entries))
     exported = b"\n".join(read_journal(journal_writer.path)) + b"\n"
     result = await asyncio.create_subprocess_exec(
-        "vllm-sentinel",
+        sys.executable,
+        "-m",
+        "vllm_sentinel",
         "replay",
         "--output",
         "json",

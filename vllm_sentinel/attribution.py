@@ -24,9 +24,9 @@ from __future__ import annotations
 import re
 from collections.abc import Collection, Iterable, Mapping
 
-from vllm_sentinel.snapshot import GpuReading
+from vllm_sentinel.snapshot import GpuProcessUsage, GpuReading
 
-__all__ = ["attribute_processes", "parse_cgroup", "unit_from_cgroup_path"]
+__all__ = ["attribute_processes", "parse_cgroup", "place_processes", "unit_from_cgroup_path"]
 
 _UNIT_NAME = re.compile(r"[A-Za-z0-9:_.\\@-]{1,250}\.(?:service|scope|socket|mount|swap)")
 _USER_MANAGER = re.compile(r"user@\d+\.service")
@@ -104,6 +104,29 @@ def attribute_processes(
         per_gpu = usage.setdefault(unit, {})
         per_gpu[index] = per_gpu.get(index, 0) + process.used_memory_bytes
     return usage
+
+
+def place_processes(
+    reading: GpuReading,
+    pid_units: Mapping[int, str],
+    journal_pids: Mapping[str, Collection[int]],
+) -> tuple[GpuProcessUsage, ...]:
+    """Every GPU process of a reading with its GPU index and unit (``None`` when unknown).
+
+    The unit comes from the same sources as ``attribute_processes`` (cgroup first, then the
+    journal's PIDs); unlike it, processes of no watched unit are kept, so a hint can name what
+    else holds GPU memory. Processes on a GPU missing from ``reading.devices`` are left out.
+    """
+    index_of = {device.uuid: device.index for device in reading.devices}
+    journal_owner = _journal_owners(journal_pids.items())
+    placed = []
+    for process in reading.processes:
+        index = index_of.get(process.gpu_uuid)
+        if index is None:
+            continue
+        unit = pid_units.get(process.pid) or journal_owner.get(process.pid)
+        placed.append(GpuProcessUsage(process.pid, index, process.used_memory_bytes, unit))
+    return tuple(placed)
 
 
 def _journal_owners(items: Iterable[tuple[str, Collection[int]]]) -> dict[int, str]:

@@ -26,12 +26,12 @@ daemon reported before) settles without adding to ``crashes_total``.
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 
 from vllm_sentinel.causes import CrashCause, Evidence, EvidenceKind, choose_root_cause
-from vllm_sentinel.incarnation import Incarnation
+from vllm_sentinel.incarnation import RECENT_EVENTS_KEPT, Incarnation
 from vllm_sentinel.phases import Outcome, Phase
 from vllm_sentinel.snapshot import CrashInfo
 
@@ -69,6 +69,7 @@ class CrashBook:
         self.counting = True
         self.crashes_total: Counter[CrashCause] = Counter()
         self.last_evicted_crash: CrashInfo | None = None
+        self.recent_crashes: deque[datetime] = deque(maxlen=RECENT_EVENTS_KEPT)  # history too
 
     # --- evidence ------------------------------------------------------------------------
 
@@ -167,6 +168,8 @@ class CrashBook:
         if incarnation.settled:
             return
         incarnation.settled = True
+        if incarnation.ended_at is not None:
+            self.recent_crashes.append(incarnation.ended_at)
         if incarnation.counted:
             self.crashes_total[self.crash_info(incarnation).cause] += 1
 

@@ -25,7 +25,23 @@ from vllm_sentinel.markers import Event
 from vllm_sentinel.phases import STARTUP_PHASES, Outcome, Phase, is_forward
 from vllm_sentinel.snapshot import CrashInfo, IncarnationSnapshot, PhaseEntry, Progress
 
-__all__ = ["FIGURES", "Incarnation", "not_before", "parse_float", "parse_int", "read_figures"]
+__all__ = [
+    "BENIGN_LINES_KEPT",
+    "BENIGN_LINE_CHARS",
+    "FIGURES",
+    "RECENT_EVENTS_KEPT",
+    "Incarnation",
+    "not_before",
+    "parse_float",
+    "parse_int",
+    "read_figures",
+]
+
+BENIGN_LINES_KEPT = 5
+"""Benign ERROR lines kept per incarnation, so that ``replay`` can say what it discounted."""
+BENIGN_LINE_CHARS = 300
+RECENT_EVENTS_KEPT = 100
+"""Start and crash times kept per unit (``UnitSnapshot.recent_starts``/``recent_crashes``)."""
 
 _GIB = 1 << 30
 _STARTUP = frozenset(STARTUP_PHASES)
@@ -75,6 +91,7 @@ class Incarnation:
     has_banner: bool = False
     pids: dict[int, None] = field(default_factory=dict)
     benign_errors: int = 0
+    benign_lines: list[str] = field(default_factory=list)  # the first BENIGN_LINES_KEPT
     records: int = 0
     last_record_at: datetime | None = None
     last_progress_at: datetime | None = None
@@ -187,6 +204,7 @@ class Incarnation:
             crash=crash,
             pids=tuple(self.pids),
             benign_errors=self.benign_errors,
+            benign_lines=tuple(self.benign_lines),
             records=self.records,
             last_record_at=self.last_record_at,
             last_progress_at=self.last_progress_at,

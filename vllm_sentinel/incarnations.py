@@ -22,7 +22,7 @@ from datetime import datetime
 
 from vllm_sentinel.causes import CrashCause, EvidenceKind
 from vllm_sentinel.crash import CrashBook
-from vllm_sentinel.incarnation import Incarnation
+from vllm_sentinel.incarnation import RECENT_EVENTS_KEPT, Incarnation
 from vllm_sentinel.phases import Outcome, Phase
 from vllm_sentinel.record import Record
 from vllm_sentinel.snapshot import PhaseEntry
@@ -57,6 +57,7 @@ class Incarnations:
         self.pid_owner: dict[int, Incarnation] = {}
         self.counting = True
         self.starts_total = 0
+        self.recent_starts: deque[datetime] = deque(maxlen=RECENT_EVENTS_KEPT)  # history too
 
     def current(self) -> Incarnation | None:
         """The newest incarnation, or ``None`` before the first record."""
@@ -112,6 +113,8 @@ class Incarnations:
             self.by_id[invocation_id] = incarnation
         if self.counting and counted:
             self.starts_total += 1
+        if time is not None:
+            self.recent_starts.append(time)  # "starts in the last 24 h" include history
         while len(self.items) > self._max:
             self._evict(self.items.popleft())
         return incarnation

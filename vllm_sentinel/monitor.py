@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 
 import structlog
 
-from vllm_sentinel.attribution import attribute_processes
+from vllm_sentinel.attribution import attribute_processes, place_processes
 from vllm_sentinel.causes import DEFAULT_BENIGN_PATTERNS, BenignMatcher
 from vllm_sentinel.cursors import CursorStore
 from vllm_sentinel.health import (
@@ -32,6 +32,7 @@ from vllm_sentinel.health import (
     is_probed,
     with_probe_readiness,
 )
+from vllm_sentinel.hints import HintContext, hint_for
 from vllm_sentinel.journal import JournalBatch
 from vllm_sentinel.markers import MarkerMatcher
 from vllm_sentinel.phases import STARTUP_PHASES, Outcome, Phase
@@ -39,6 +40,7 @@ from vllm_sentinel.report import iso_utc
 from vllm_sentinel.snapshot import (
     CollectorState,
     GpuDevice,
+    GpuProcessUsage,
     GpuReading,
     HostSnapshot,
     IncarnationSnapshot,
@@ -105,6 +107,7 @@ class _Host:
     collectors: dict[str, Callable[[], CollectorState]] = field(default_factory=dict)
     skipped: dict[str, Callable[[], Mapping[str, int]]] = field(default_factory=dict)
     gpus: tuple[GpuDevice, ...] = ()
+    gpu_processes: tuple[GpuProcessUsage, ...] = ()  # the latest reading's, placed in units
     unit_gpu_bytes: dict[str, dict[int, int]] = field(default_factory=dict)
     growth: dict[str, GpuGrowth] = field(default_factory=dict)
     health: dict[str, HealthTracker] = field(default_factory=dict)  # unit → its probes
@@ -265,6 +268,7 @@ class Monitor:
             host = self._hosts.get(item.host)
             if host is not None:
                 host.unit_gpu_bytes.clear()
+                host.gpu_processes = ()
                 host.published = None
                 host.decorated.clear()
         else:
@@ -336,6 +340,7 @@ class Monitor:
         trackers = list(host.trackers)
         journal_pids = {tracker.unit: tracker.current_pids() for tracker in trackers}
         attributed = attribute_processes(reading, sample.unit_of_pid, journal_pids)
+        host.gpu_processes = place_processes(reading, sample.unit_of_pid, journal_pids)
         usage = {tracker.unit: attributed.get(tracker.unit, {}) for tracker in trackers}
         host.unit_gpu_bytes = usage
         for unit, per_gpu in usage.items():
@@ -387,6 +392,7 @@ class Monitor:
                 previous is None
                 or previous.units is not host.published
                 or previous.gpus is not host.gpus
+                or previous.gpu_processes is not host.gpu_processes
                 or previous.collectors != collectors
                 or previous.records_skipped != skipped
             ):
@@ -396,6 +402,7 @@ class Monitor:
                     collectors=collectors,
                     gpus=host.gpus,
                     records_skipped=skipped,
+                    gpu_processes=host.gpu_processes,
                 )
             hosts.append(previous)
         snapshot = Snapshot(tuple(hosts), now)
@@ -474,6 +481,7 @@ class Monitor:
                 crash = unit.last_crash
                 if counted > self._counted.get(key, 0) and crash is not None:
                     # logged once the root cause is settled (late lines included), as counted
+                    hint = hint_for(crash, HintContext(unit.unit, host.gpu_processes))
                     _log.warning(
                         "unit_crashed",
                         host=host.host,
@@ -483,6 +491,8 @@ class Monitor:
                         cause=crash.cause.value,
                         exception_class=crash.exception,
                         message=crash.message[:300],
+                        hint=hint.text,
+                        runbook=hint.runbook,
                         crashes_total=counted,
                     )
                 self._counted[key] = counted

@@ -7,19 +7,28 @@ JSON shape (stable; extra keys may be added, none removed)::
         "id": str|null, "started_at": iso8601|null, "ended_at": iso8601|null,
         "phases": [{"phase": str, "entered_at": iso8601|null}],
         "furthest_phase": str, "outcome": str,
-        "crash": null | {"cause": str, "exception": str, "message": str, "phase": str},
+        "crash": null | {"cause": str, "exception": str, "message": str, "phase": str,
+                         "at": iso8601|null,
+                         "hint": {"text": str, "runbook": str, "rule": str}},
         "pids": [int], "benign_errors": int,
+        "benign_lines": [{"line": str, "why": str}],
         "vllm_version": str|null, "model": str|null, "tensor_parallel_size": int|null,
         "progress": {...}}],
-      "starts_total": int, "crashes_total": {cause: int}, "benign_errors_total": int}]}
+      "starts_total": int, "crashes_total": {cause: int}, "benign_errors_total": int,
+      "last_crash": null | {...as "crash"},
+      "starts_last_24h": int, "crashes_last_24h": int, "last_24h_capped": bool}]}
+
+(the ``*_last_24h`` keys when a reference time is given: ``/status`` has them, ``replay`` not).
+Crash hints come from ``hints.hint_for``; ``/status`` gives them the host's GPU processes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
+from vllm_sentinel.hints import HintContext, explain_benign, hint_for
 from vllm_sentinel.phases import Outcome, Phase
 from vllm_sentinel.snapshot import (
     CollectorState,
@@ -28,6 +37,7 @@ from vllm_sentinel.snapshot import (
     Snapshot,
     UnitSnapshot,
 )
+from vllm_sentinel.tracker import RECENT_EVENTS_KEPT
 
 __all__ = [
     "format_duration",
@@ -46,19 +56,24 @@ def iso_utc(value: datetime | None) -> str | None:
     return value.isoformat().replace("+00:00", "Z") if value is not None else None
 
 
-def _crash(crash: CrashInfo | None) -> dict[str, Any] | None:
+_DAY = timedelta(hours=24)
+
+
+def _crash(crash: CrashInfo | None, context: HintContext | None = None) -> dict[str, Any] | None:
     if crash is None:
         return None
+    hint = hint_for(crash, context)
     return {
         "cause": crash.cause.value,
         "exception": crash.exception,
         "message": crash.message,
         "phase": crash.phase.value,
         "at": iso_utc(crash.at),
+        "hint": {"text": hint.text, "runbook": hint.runbook, "rule": hint.rule},
     }
 
 
-def _incarnation(item: IncarnationSnapshot) -> dict[str, Any]:
+def _incarnation(item: IncarnationSnapshot, context: HintContext | None) -> dict[str, Any]:
     progress = item.progress
     return {
         "id": item.id,
@@ -70,9 +85,10 @@ def _incarnation(item: IncarnationSnapshot) -> dict[str, Any]:
         ],
         "furthest_phase": item.furthest_phase.value,
         "outcome": item.outcome.value,
-        "crash": _crash(item.crash),
+        "crash": _crash(item.crash, context),
         "pids": list(item.pids),
         "benign_errors": item.benign_errors,
+        "benign_lines": [{"line": line, "why": explain_benign(line)} for line in item.benign_lines],
         "records": item.records,
         "vllm_version": item.vllm_version,
         "model": item.model,
@@ -93,12 +109,20 @@ def _incarnation(item: IncarnationSnapshot) -> dict[str, Any]:
     }
 
 
-def unit_to_json(unit: UnitSnapshot) -> dict[str, Any]:
-    """One unit as a JSON-ready dict."""
-    return {
+def unit_to_json(
+    unit: UnitSnapshot, context: HintContext | None = None, now: datetime | None = None
+) -> dict[str, Any]:
+    """One unit as a JSON-ready dict.
+
+    Args:
+        unit: the unit's snapshot.
+        context: what the hints may use beyond the log (the host's GPU processes).
+        now: the reference time of the ``*_last_24h`` counts (left out when ``None``).
+    """
+    document = {
         "unit": unit.unit,
         "host": unit.host,
-        "incarnations": [_incarnation(item) for item in unit.incarnations],
+        "incarnations": [_incarnation(item, context) for item in unit.incarnations],
         "starts_total": unit.starts_total,
         "crashes_total": {
             cause.value: count for cause, count in sorted(unit.crashes_total.items())
@@ -110,7 +134,17 @@ def unit_to_json(unit: UnitSnapshot) -> dict[str, Any]:
             phase.value: seconds for phase, seconds in unit.phase_durations.items()
         },
         "startup_duration_seconds": unit.startup_duration_seconds,
+        "last_crash": _crash(unit.last_crash, context),
     }
+    if now is not None:
+        since = now - _DAY
+        starts = sum(1 for moment in unit.recent_starts if moment > since)
+        crashes = sum(1 for moment in unit.recent_crashes if moment > since)
+        document["starts_last_24h"] = starts
+        document["crashes_last_24h"] = crashes
+        # the ring keeps RECENT_EVENTS_KEPT times: a full ring inside the window is a floor
+        document["last_24h_capped"] = RECENT_EVENTS_KEPT in (starts, crashes)
+    return document
 
 
 def to_json(units: Iterable[UnitSnapshot]) -> dict[str, Any]:
@@ -190,8 +224,16 @@ def render_text(units: Iterable[UnitSnapshot], now: datetime | None = None) -> s
                     f"    {_clock(entry.entered_at)}  {entry.phase.value:<22} {took}".rstrip()
                 )
             if item.benign_errors:
-                out.append(f"    benign errors: {item.benign_errors}")
+                out.append(f"    benign errors: {item.benign_errors} (discounted, not a cause)")
+                for line in item.benign_lines:
+                    out.append(f"      {_shorten(line, 160)}")
+                    out.append(f"        why: {explain_benign(line)}")
+                if item.benign_errors > len(item.benign_lines):
+                    out.append(f"      … and {item.benign_errors - len(item.benign_lines)} more")
             out.append(f"    verdict: {verdict(item, now)}")
+            if item.crash is not None:
+                hint = hint_for(item.crash)
+                out.append(f"    hint: {hint.text} (see {hint.runbook})")
         out.append("")
     return "\n".join(out).rstrip() + "\n" if out else "no vLLM records found\n"
 
@@ -233,7 +275,10 @@ def status_document(snapshot: Snapshot) -> dict[str, Any]:
             for host in snapshot.hosts
         ],
         "units": [
-            {**unit_to_json(unit), "gpu_memory_used_bytes": dict(unit.gpu_memory_used_bytes)}
+            {
+                **unit_to_json(unit, HintContext(unit.unit, host.gpu_processes), snapshot.at),
+                "gpu_memory_used_bytes": dict(unit.gpu_memory_used_bytes),
+            }
             for host in snapshot.hosts
             for unit in host.units
         ],
@@ -259,7 +304,9 @@ def render_status(document: Mapping[str, Any]) -> str:
         incarnations = unit.get("incarnations") or [{}]
         current = incarnations[-1]
         phases = current.get("phases") or [{}]
-        last = next((item["crash"] for item in reversed(incarnations) if item.get("crash")), None)
+        last = unit.get("last_crash") or next(
+            (item["crash"] for item in reversed(incarnations) if item.get("crash")), None
+        )
         crash = "-"
         if last:
             detail = last["exception"] or _shorten(last["message"], 40)
@@ -269,4 +316,7 @@ def render_status(document: Mapping[str, Any]) -> str:
             f"{phases[-1].get('phase', '?'):<22} {current.get('outcome', '?'):<8} "
             f"{'yes' if unit.get('stalled') else 'no':<7} {crash}"
         )
+        hint = (last or {}).get("hint") or {}
+        if hint.get("text"):
+            out.append(f"{'':<16} hint: {hint['text']} (see {hint.get('runbook')})")
     return "\n".join(out) + "\n"

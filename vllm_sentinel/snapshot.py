@@ -19,6 +19,7 @@ __all__ = [
     "CrashInfo",
     "GpuDevice",
     "GpuProcess",
+    "GpuProcessUsage",
     "GpuReading",
     "HostSnapshot",
     "IncarnationSnapshot",
@@ -104,6 +105,7 @@ class IncarnationSnapshot:
     tensor_parallel_size: int | None = None
     progress: Progress = field(default_factory=Progress)
     api_url: str | None = None  # where its API server listens, from its logs (health.py)
+    benign_lines: tuple[str, ...] = ()  # the first few ERROR lines matched as benign (bodies)
 
     @property
     def phase_entered_at(self) -> datetime | None:
@@ -166,6 +168,9 @@ class UnitSnapshot:
         ready_source: what says the unit is ready: ``"log"`` (its own lines),
             ``"health_probe"`` (``/health`` answered while the logs lag), ``None`` (not
             ready, or not probed: see ``health.with_probe_readiness``).
+        recent_starts: log times of the latest incarnation starts, oldest first (at most
+            ``tracker.RECENT_EVENTS_KEPT``; history included, unlike ``starts_total``).
+        recent_crashes: log times of the latest settled crashes, oldest first (same bound).
     """
 
     host: str | None
@@ -184,6 +189,8 @@ class UnitSnapshot:
     stalled: bool = False
     health: UnitHealth | None = None
     ready_source: str | None = None
+    recent_starts: tuple[datetime, ...] = ()
+    recent_crashes: tuple[datetime, ...] = ()
 
     @property
     def current(self) -> IncarnationSnapshot | None:
@@ -222,6 +229,24 @@ class GpuProcess:
 
 
 @dataclass(frozen=True, slots=True)
+class GpuProcessUsage:
+    """GPU memory one process holds on one GPU, with the unit it belongs to when known.
+
+    Attributes:
+        pid: the process id (as the GPU collector sees it).
+        gpu: the GPU's index.
+        used_memory_bytes: bytes it holds there.
+        unit: the systemd unit of the process (from its cgroup or the journal), ``None`` when
+            unknown (a process outside any unit, or one the collector could not place).
+    """
+
+    pid: int
+    gpu: int
+    used_memory_bytes: int
+    unit: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class GpuReading:
     """One poll of a host's GPUs (``at`` is the poll time, UTC)."""
 
@@ -257,6 +282,7 @@ class HostSnapshot:
     collectors: Mapping[str, CollectorState] = field(default_factory=dict)
     gpus: tuple[GpuDevice, ...] = ()
     records_skipped: Mapping[str, int] = field(default_factory=dict)
+    gpu_processes: tuple[GpuProcessUsage, ...] = ()  # the latest reading's processes, placed
 
 
 @dataclass(frozen=True, slots=True)

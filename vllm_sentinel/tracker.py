@@ -42,7 +42,14 @@ from vllm_sentinel.causes import (
 from vllm_sentinel.crash import CrashBook
 from vllm_sentinel.failure_lines import Effect, FailureMatch, classify_failure_line
 from vllm_sentinel.health import api_url_from_args
-from vllm_sentinel.incarnation import Incarnation, parse_int, read_figures
+from vllm_sentinel.incarnation import (
+    BENIGN_LINE_CHARS,
+    BENIGN_LINES_KEPT,
+    RECENT_EVENTS_KEPT,
+    Incarnation,
+    parse_int,
+    read_figures,
+)
 from vllm_sentinel.incarnations import Incarnations
 from vllm_sentinel.line_clock import LineClock
 from vllm_sentinel.markers import (
@@ -59,7 +66,7 @@ from vllm_sentinel.snapshot import PhaseEntry, UnitSnapshot
 from vllm_sentinel.tracebacks import ExceptionEvent, TracebackAssembler
 from vllm_sentinel.vllm_line import LineAnatomy, LineKind, Role, parse_line
 
-__all__ = ["TrackerSet", "UnitTracker"]
+__all__ = ["BENIGN_LINES_KEPT", "RECENT_EVENTS_KEPT", "TrackerSet", "UnitTracker"]
 
 _STARTUP = frozenset(STARTUP_PHASES)
 _TP_SIZE = re.compile(r"tensor_parallel_size[=':\s]+(\d{1,4})")
@@ -365,6 +372,8 @@ class UnitTracker:
             if self._benign.matches(body):
                 incarnation.benign_errors += 1
                 self.benign_errors_total += 1
+                if len(incarnation.benign_lines) < BENIGN_LINES_KEPT:
+                    incarnation.benign_lines.append(body[:BENIGN_LINE_CHARS])
             elif found is None and exception is None:
                 if len(self._last_error) >= _MAX_TRACE_OWNERS and pid not in self._last_error:
                     del self._last_error[next(iter(self._last_error))]
@@ -708,6 +717,8 @@ class UnitTracker:
             last_crash=last_crash,
             phase_durations=MappingProxyType(dict(self._phase_durations)),
             startup_duration_seconds=self._startup_duration,
+            recent_starts=tuple(self._incs.recent_starts),
+            recent_crashes=tuple(crashes.recent_crashes),
         )
         return self._snapshot
 

@@ -1,0 +1,296 @@
+"""Fix hints: every cause has one (and a runbook section), message rows take the fix from the
+message, GPU context names the other processes, benign lines say why they were discounted."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from vllm_sentinel.causes import DEFAULT_BENIGN_PATTERNS, CrashCause, classify_exception
+from vllm_sentinel.hints import (
+    BENIGN_NOTES,
+    CAUSE_HINTS,
+    MESSAGE_HINTS,
+    MODULE_PACKAGES,
+    HintContext,
+    MessageHint,
+    explain_benign,
+    hint_for,
+    runbook_anchor,
+)
+from vllm_sentinel.phases import Phase
+from vllm_sentinel.snapshot import CrashInfo, GpuProcessUsage
+
+RUNBOOK = Path(__file__).resolve().parents[2] / "docs" / "runbook.md"
+GIB = 1 << 30
+C = CrashCause
+
+
+def crash(
+    cause: CrashCause, message: str, exception: str = "", phase: Phase = Phase.LOADING_WEIGHTS
+) -> CrashInfo:
+    return CrashInfo(cause, exception, message, phase, datetime(2026, 1, 1, tzinfo=UTC))
+
+
+def runbook_sections() -> list[str]:
+    return re.findall(r"^### (\S+)$", RUNBOOK.read_text(encoding="utf-8"), re.MULTILINE)
+
+
+class TestEveryCause:
+    @pytest.mark.parametrize("cause", list(CrashCause), ids=str)
+    def test_has_a_default_hint_and_a_runbook_section(self, cause: CrashCause) -> None:
+        """The bounded set is read from the enum now: a new cause needs a row and a section."""
+        assert any(row.cause == cause.value and not row.phases for row in CAUSE_HINTS)
+        assert cause.value in runbook_sections()
+        hint = hint_for(crash(cause, ""))
+        assert hint.rule == f"cause:{cause.value}"
+        assert hint.runbook == f"docs/runbook.md#{cause.value}"
+        assert 20 < len(hint.text) < 400 and "{" not in hint.text
+
+    def test_every_row_has_its_runbook_section(self) -> None:
+        """Rows prepared for causes not in the enum yet (``pending``) have their section too."""
+        assert {row.cause for row in CAUSE_HINTS} <= set(runbook_sections())
+
+    def test_cuda_oom_hint_depends_on_the_phase(self) -> None:
+        """Out of memory while loading: the model does not fit; later: the memory budget."""
+        loading = hint_for(crash(C.CUDA_OOM, "CUDA out of memory", phase=Phase.LOADING_WEIGHTS))
+        later = hint_for(crash(C.CUDA_OOM, "CUDA out of memory", phase=Phase.PROFILING_KV_CACHE))
+        assert "`--tensor-parallel-size`" in loading.text and "quantized" in loading.text
+        assert "`--max-num-seqs`" in later.text and "`--enforce-eager`" in later.text
+
+
+class TestMessageRows:
+    @pytest.mark.parametrize("row", MESSAGE_HINTS, ids=lambda row: row.name)
+    def test_each_row_is_chosen_for_its_example(self, row: MessageHint) -> None:
+        """The example classifies into one of the row's causes, and that row gives the hint
+        (not an earlier one), filled in: no placeholder left, values from the message."""
+        cause, _ = classify_exception("", row.example)
+        assert cause.value in row.causes, f"{row.name}: example classified as {cause}"
+        hint = hint_for(crash(cause, row.example))
+        assert hint.rule == row.name
+        assert "{" not in hint.text and "}" not in hint.text
+        assert hint.runbook == runbook_anchor(cause.value)
+        assert row.source and len(hint.text) < 600
+
+    def test_rows_only_apply_to_their_causes(self) -> None:
+        """A message shape of another cause does not override the classified cause's hint."""
+        message = "Free memory on device cuda:0 (1.0/80.0 GiB) on startup is less than desired GPU memory utilization (0.9, 72.0 GiB)."
+        assert hint_for(crash(C.NCCL_ERROR, message)).rule == "cause:nccl_error"
+
+    def test_flashinfer_versions_give_the_exact_pip_line(self) -> None:
+        """The original incident: the add-on package is pinned to the main package's version."""
+        hint = hint_for(
+            crash(
+                C.DEPENDENCY_MISMATCH,
+                "flashinfer-cubin version (0.6.3) does not match flashinfer version (0.6.4). "
+                "Please install the same version of both packages.",
+                "RuntimeError",
+            )
+        )
+        assert hint.text.startswith("`pip install flashinfer-cubin==0.6.4`")
+        jit = hint_for(
+            crash(
+                C.DEPENDENCY_MISMATCH,
+                "flashinfer-jit-cache version (0.5.2) does not match flashinfer version (0.5.3)",
+            )
+        )
+        assert "`pip install flashinfer-jit-cache==0.5.3`" in jit.text
+
+    @pytest.mark.parametrize(
+        ("module", "package"),
+        [
+            ("cv2", "opencv-python-headless"),
+            ("PIL", "pillow"),
+            ("yaml", "PyYAML"),
+            ("google.protobuf", "protobuf"),
+            ("flashinfer", "flashinfer-python"),
+            ("flashinfer.jit", "flashinfer-python"),
+            ("sentencepiece", "sentencepiece"),
+            ("mistral_common.tokens", "mistral-common"),
+        ],
+    )
+    def test_missing_module_names_the_package(self, module: str, package: str) -> None:
+        """The package to install, from the module→package table where the names differ."""
+        hint = hint_for(
+            crash(C.IMPORT_ERROR, f"No module named '{module}'", "ModuleNotFoundError")
+        )
+        assert hint.text.startswith(f"`pip install {package}` ")
+        assert f"module {module} is missing" in hint.text
+
+    def test_vllm_extension_missing_is_a_build_not_a_package(self) -> None:
+        """``vllm._C`` is vLLM's own compiled extension: reinstall or build, no other package."""
+        hint = hint_for(crash(C.IMPORT_ERROR, "No module named 'vllm._C'", "ModuleNotFoundError"))
+        assert hint.rule == "vllm_extension_missing" and "pip install -e ." in hint.text
+
+    @pytest.mark.parametrize(
+        ("path", "package"),
+        [
+            ("/usr/local/lib/python3.12/dist-packages/vllm/_C.abi3.so", "vllm"),
+            (
+                "/opt/venv/lib/python3.11/site-packages/flash_attn_2_cuda.cpython-311-x86_64-linux-gnu.so",
+                "flash-attn",
+            ),
+            ("/opt/venv/lib/python3.11/site-packages/xformers/_C.so", "xformers"),
+        ],
+    )
+    def test_undefined_symbol_names_the_extension_to_rebuild(self, path: str, package: str) -> None:
+        """The package of the extension (its directory, or the table for a top-level .so)."""
+        hint = hint_for(
+            crash(
+                C.DEPENDENCY_MISMATCH,
+                f"{path}: undefined symbol: _ZN3c104cuda9SetDeviceEi",
+                "ImportError",
+            )
+        )
+        assert hint.text.startswith(f"Reinstall or rebuild {package} against the installed torch")
+        assert path.rsplit("/", 1)[1] in hint.text
+
+    def test_gated_repository_names_the_repository(self) -> None:
+        """The repository comes from the URL in the message; the token is the fix."""
+        hint = hint_for(
+            crash(
+                C.MODEL_NOT_FOUND,
+                "403 Client Error. Cannot access gated repo for url "
+                "https://huggingface.co/meta-llama/Llama-3.1-8B-Instruct/resolve/main/config.json.",
+                "huggingface_hub.errors.GatedRepoError",
+            )
+        )
+        assert hint.text.startswith("`meta-llama/Llama-3.1-8B-Instruct` is gated")
+        assert "`HF_TOKEN`" in hint.text
+
+    def test_driver_version_is_decoded(self) -> None:
+        """CUDA encodes 11.4 as 11040: the hint says 11.4."""
+        hint = hint_for(
+            crash(
+                C.DRIVER_ERROR,
+                "The NVIDIA driver on your system is too old (found version 11040).",
+                "RuntimeError",
+            )
+        )
+        assert "CUDA 11.4" in hint.text
+
+    def test_kv_cache_numbers_come_from_the_message(self) -> None:
+        """Needed against available, and vLLM's own estimate of the length that fits."""
+        memory = hint_for(
+            crash(
+                C.KV_CACHE_INSUFFICIENT,
+                "To serve at least one request with the models's max seq len (262144), (17.00 GiB"
+                " KV cache is needed, which is larger than the available KV cache memory (9.45 "
+                "GiB). Based on the available memory, the estimated maximum model length is "
+                "145600. Try increasing `gpu_memory_utilization`.",
+                "ValueError",
+            )
+        )
+        assert memory.text.startswith(
+            "A sequence of 262144 tokens needs 17.00 GiB of KV cache, 9.45 GiB is available: "
+            "lower `--max-model-len` to 145600 or less"
+        )
+        tokens = hint_for(
+            crash(
+                C.KV_CACHE_INSUFFICIENT,
+                "The model's max seq len (4096) is larger than the maximum number of tokens that "
+                "can be stored in KV cache (3664).",
+                "ValueError",
+            )
+        )
+        assert "lower `--max-model-len` to 3664 or less" in tokens.text
+
+    def test_port_in_use_names_the_port(self) -> None:
+        """Which port, on which address, and how to see who holds it."""
+        hint = hint_for(
+            crash(
+                C.PORT_IN_USE,
+                "[Errno 98] error while attempting to bind on address ('0.0.0.0', 8001): "
+                "address already in use",
+                "OSError",
+            )
+        )
+        assert hint.text.startswith("Port 8001 on 0.0.0.0 is taken by another process")
+        assert "`ss -ltnp 'sport = :8001'`" in hint.text
+
+    def test_message_values_are_cut_short(self) -> None:
+        """Log text is hostile: a value taken from it is bounded and on one line."""
+        module = "m" * 5000
+        hint = hint_for(crash(C.IMPORT_ERROR, f"No module named '{module}'"))
+        assert len(hint.text) < 400 and "\n" not in hint.text
+
+
+class TestGpuContext:
+    MESSAGE = (
+        "Free memory on device cuda:0 (10.52/79.19 GiB) on startup is less than desired GPU "
+        "memory utilization (0.90, 71.27 GiB). Decrease GPU memory utilization or reduce GPU "
+        "memory used by other processes."
+    )
+
+    def test_utilization_that_fits_is_computed(self) -> None:
+        """10.52 of 79.19 GiB free: a utilization of 0.13 still fits."""
+        hint = hint_for(crash(C.GPU_MEMORY_IN_USE, self.MESSAGE, "ValueError"))
+        assert hint.text.startswith(
+            "GPU cuda:0 had 10.52 GiB free of 79.19 GiB; `--gpu-memory-utilization 0.90` wants "
+            "71.27 GiB"
+        )
+        assert "lower `--gpu-memory-utilization` to 0.13 or less" in hint.text
+        assert "Now on this host" not in hint.text  # no GPU data: nothing made up
+
+    def test_other_processes_are_named_largest_first(self) -> None:
+        """The GPU collector's processes, but the crashed unit's own, summed per process."""
+        context = HintContext(
+            "vllm-a.service",
+            (
+                GpuProcessUsage(100, 0, 2 * GIB, "vllm-a.service"),
+                GpuProcessUsage(200, 0, 30 * GIB, "jupyter.service"),
+                GpuProcessUsage(200, 1, 30 * GIB, "jupyter.service"),
+                GpuProcessUsage(300, 0, 8 * GIB, None),
+                GpuProcessUsage(400, 1, 1 * GIB, "vllm-b.service"),
+                GpuProcessUsage(500, 1, GIB // 2, None),
+            ),
+        )
+        hint = hint_for(crash(C.GPU_MEMORY_IN_USE, self.MESSAGE, "ValueError"), context)
+        assert hint.text.endswith(
+            " Now on this host: jupyter.service (pid 200) holds 60.0 GiB on GPUs 0, 1; "
+            "pid 300 holds 8.0 GiB on GPU 0; vllm-b.service (pid 400) holds 1.0 GiB on GPU 1, "
+            "and 1 more."
+        )
+        assert "pid 100" not in hint.text
+
+    def test_cause_hint_without_a_known_message_names_them_too(self) -> None:
+        """``gpu_memory_in_use`` from another message shape still names the other processes."""
+        context = HintContext("u", (GpuProcessUsage(7, 3, 4 * GIB, "other.service"),))
+        hint = hint_for(crash(C.GPU_MEMORY_IN_USE, "Error in memory profiling."), context)
+        assert hint.rule == "cause:gpu_memory_in_use"
+        assert hint.text.endswith("other.service (pid 7) holds 4.0 GiB on GPU 3.")
+
+    def test_other_causes_do_not_name_processes(self) -> None:
+        """Only memory causes mention GPU processes."""
+        context = HintContext("u", (GpuProcessUsage(7, 3, 4 * GIB, "other.service"),))
+        assert "other.service" not in hint_for(crash(C.NCCL_ERROR, "NCCL error"), context).text
+
+
+class TestBenign:
+    def test_every_default_pattern_has_a_note(self) -> None:
+        """The notes follow ``DEFAULT_BENIGN_PATTERNS`` one for one, each with its example."""
+        assert tuple(note.pattern for note in BENIGN_NOTES) == DEFAULT_BENIGN_PATTERNS
+        for note in BENIGN_NOTES:
+            assert re.search(note.pattern, note.example), note.pattern
+            assert explain_benign(note.example) == note.why
+            assert note.source
+
+    def test_sparse_matrix_error_is_explained(self) -> None:
+        """The original incident's ERROR line: harmless, and why."""
+        why = explain_benign(
+            "Failed to import Triton kernels. Please make sure your triton version is "
+            "compatible. Error: cannot import name 'SparseMatrix' from 'triton_kernels.tensor'"
+        )
+        assert why.startswith("harmless: only gpt-oss with the Triton MoE kernels needs them")
+
+    def test_a_configured_pattern_is_named_as_such(self) -> None:
+        """A line matched by a pattern of the config (no note) says so."""
+        assert "benign_patterns" in explain_benign("ERROR something site-specific")
+
+
+def test_module_table_maps_import_names_to_other_package_names() -> None:
+    """Only names that differ are listed: the fallback already installs a same-name package."""
+    assert [module for module, package in MODULE_PACKAGES.items() if module == package] == []

@@ -37,6 +37,8 @@ CORE = (
     "report",
     "readiness",
     "replay",
+    "hints",
+    "page",
 )
 FORBIDDEN = {
     "asyncio",

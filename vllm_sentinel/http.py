@@ -3,8 +3,12 @@
 Paths: ``/metrics`` (prometheus_client's WSGI app over our registry: text 0.0.4, or OpenMetrics
 when the ``Accept`` header asks, gzip when accepted), ``/status`` (JSON from a callable),
 ``/units`` and ``/units/{host}/{unit}`` (the startup endpoint, ``readiness.py``: 200 ready, 503
-starting/unhealthy/stopped, 500 crashed, 404 unknown unit), ``/healthz`` (``ok``), ``/`` (a
-small index). Everything but ``/healthz`` sits behind basic auth when users are configured.
+starting/unhealthy/stopped, 500 crashed, 404 unknown unit), ``/healthz`` (``ok``), ``/`` (the
+status page, ``page.render_page`` over the ``/status`` document; ``/?part=main`` is the part its
+script refreshes) and ``/static/…`` (the page's CSS and script, package data: no CDN).
+Everything but ``/healthz`` sits behind basic auth when users are configured. HTML answers carry
+a Content-Security-Policy that allows only the daemon's own script and style: log text on the
+page is escaped, and could not run anyway.
 
 TLS and basic auth come from a Prometheus exporter-toolkit *web config* file::
 
@@ -41,9 +45,11 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from http import HTTPStatus
+from importlib import resources
 from pathlib import Path
 from socketserver import TCPServer, ThreadingMixIn
 from typing import Any
+from urllib.parse import parse_qs
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
@@ -52,8 +58,11 @@ import structlog
 import yaml  # type: ignore[import-untyped, unused-ignore]  # types-PyYAML optional
 from prometheus_client.registry import CollectorRegistry
 
+from vllm_sentinel import __version__
 from vllm_sentinel.errors import ConfigError
 from vllm_sentinel.exporter import make_metrics_app
+from vllm_sentinel.hints import RUNBOOK_URL
+from vllm_sentinel.page import REFRESH_SECONDS, render_main, render_page
 from vllm_sentinel.readiness import HTTP_STATUS, UnitState, find_unit, units_document
 from vllm_sentinel.snapshot import Snapshot
 
@@ -289,15 +298,37 @@ def _parse_basic(header: str | None) -> tuple[str, bytes] | None:
 
 # --------------------------------------------------------------------------- WSGI app
 
-_INDEX = b"""<!doctype html>
-<html><head><meta charset="utf-8"><title>vllm-sentinel</title></head>
-<body><h1>vllm-sentinel</h1><ul>
-<li><a href="metrics">metrics</a>: Prometheus metrics</li>
-<li><a href="status">status</a>: units, phases and crashes as JSON</li>
-<li><a href="units">units</a>: startup state per unit as JSON (units/HOST/UNIT: 200 if ready)</li>
-<li><a href="healthz">healthz</a>: liveness</li>
-</ul></body></html>
-"""
+_STATIC_TYPES = {
+    "status.css": "text/css; charset=utf-8",
+    "status.js": "text/javascript; charset=utf-8",
+}
+_HTML = "text/html; charset=utf-8"
+_PAGE_HEADERS = (
+    (
+        "Content-Security-Policy",
+        "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+        "img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+    ),
+    ("Referrer-Policy", "no-referrer"),
+)
+_MIN_REFRESH, _MAX_REFRESH = 1.0, 300.0
+
+
+def _static_files() -> dict[str, tuple[bytes, str]]:
+    """The page's assets from package data: name → (bytes, content type)."""
+    folder = resources.files("vllm_sentinel").joinpath("static")
+    return {
+        name: (folder.joinpath(name).read_bytes(), kind) for name, kind in _STATIC_TYPES.items()
+    }
+
+
+def _refresh_seconds(query: Mapping[str, list[str]]) -> float:
+    """``?refresh=SECONDS`` within 1–300, else the default."""
+    try:
+        seconds = float(query.get("refresh", [""])[0])
+    except ValueError:
+        return REFRESH_SECONDS
+    return seconds if _MIN_REFRESH <= seconds <= _MAX_REFRESH else REFRESH_SECONDS
 
 
 def _respond(
@@ -308,12 +339,13 @@ def _respond(
     *,
     content_type: str = "text/plain; charset=utf-8",
     extra: Iterable[tuple[str, str]] = (),
+    cache: str = "no-store",
 ) -> Iterable[bytes]:
     headers = [
         ("Content-Type", content_type),
         ("Content-Length", str(len(body))),
         ("X-Content-Type-Options", "nosniff"),
-        ("Cache-Control", "no-store"),
+        ("Cache-Control", cache),
         *extra,
     ]
     start_response(status, headers)
@@ -326,16 +358,20 @@ def make_app(
     *,
     authenticator: BasicAuthenticator | None = None,
     snapshot: Callable[[], Snapshot] | None = None,
+    runbook_url: str = RUNBOOK_URL,
 ) -> WSGIApplication:
-    """Make the WSGI app serving ``/metrics``, ``/status``, ``/units``, ``/healthz`` and ``/``.
+    """Make the WSGI app serving ``/metrics``, ``/status``, ``/units``, ``/healthz``, ``/`` and
+    ``/static``.
 
     Args:
         registry: the registry ``/metrics`` renders (``exporter.make_registry``).
-        status: returns the ``/status`` document (JSON-ready).
+        status: returns the ``/status`` document (JSON-ready); the page renders it too.
         authenticator: basic auth for every path but ``/healthz``; ``None`` for none.
         snapshot: returns the latest snapshot, for ``/units`` (``None``: those paths are 404).
+        runbook_url: the runbook the page's crash causes link into (``#<cause>``).
     """
     metrics_app = make_metrics_app(registry)  # prometheus_client's app, GETs rendered directly
+    static = _static_files()
 
     def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         path = environ.get("PATH_INFO") or "/"
@@ -352,7 +388,8 @@ def make_app(
         if path == "/metrics":
             return metrics_app(environ, start_response)
         is_units = snapshot is not None and (path == "/units" or path.startswith("/units/"))
-        if path not in ("/", "/healthz", "/status") and not is_units:
+        asset = static.get(path.removeprefix("/static/")) if path.startswith("/static/") else None
+        if path not in ("/", "/healthz", "/status") and not is_units and asset is None:
             return _respond(environ, start_response, "404 Not Found", b"Not Found\n")
         if method not in ("GET", "HEAD"):
             return _respond(
@@ -371,8 +408,34 @@ def make_app(
             return _respond(
                 environ, start_response, "200 OK", body, content_type="application/json"
             )
+        if asset is not None:
+            body, kind = asset
+            return _respond(
+                environ,
+                start_response,
+                "200 OK",
+                body,
+                content_type=kind,
+                cache="public, max-age=3600",  # the page asks for them with ?v=<version>
+            )
+        query = parse_qs(environ.get("QUERY_STRING", ""))
+        document = status()
+        if query.get("part") == ["main"]:
+            text = render_main(document, runbook_url=runbook_url)
+        else:
+            text = render_page(
+                document,
+                version=__version__,
+                refresh_seconds=_refresh_seconds(query),
+                runbook_url=runbook_url,
+            )
         return _respond(
-            environ, start_response, "200 OK", _INDEX, content_type="text/html; charset=utf-8"
+            environ,
+            start_response,
+            "200 OK",
+            text.encode("utf-8"),
+            content_type=_HTML,
+            extra=_PAGE_HEADERS,
         )
 
     return app

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +15,9 @@ import yaml
 from tests.conftest import require_binary
 from tests.support.promql import fast_rules, rule_expressions, rules
 from vllm_sentinel.causes import CrashCause
-from vllm_sentinel.hints import CAUSE_HINTS
+from vllm_sentinel.hints import CAUSE_HINTS, RUNBOOK_URL as CAUSE_RUNBOOK, hint_for
+from vllm_sentinel.phases import Phase
+from vllm_sentinel.snapshot import CrashInfo
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES_PATH = ROOT / "deploy" / "prometheus" / "vllm-sentinel-rules.yml"
@@ -23,6 +27,8 @@ RUNBOOK = ROOT / "docs" / "runbook.md"
 RUNBOOK_URL = "https://github.com/vllm-sentinel/vllm-sentinel/blob/main/docs/runbook.md"
 TEST_FILES = sorted(Path(__file__).parent.glob("*.test.yml"))
 CAUSES = [cause.value for cause in CrashCause]
+CRASH_ALERTS = ("VllmCrashed", "VllmCrashLooping")
+HINTS_BUILDER = ROOT / "scripts" / "build-alert-hints.py"
 
 
 def alerts() -> list[dict[str, Any]]:
@@ -51,12 +57,26 @@ class TestAlertDefinitions:
 
     @pytest.mark.parametrize("alert", alerts(), ids=lambda rule: rule["alert"])
     def test_alert_has_for_severity_and_annotations(self, alert: dict[str, Any]) -> None:
-        """Each alert waits (`for`), has a severity, a summary, a description and a runbook."""
+        """Each alert waits (`for`), has a severity, a summary, a description and a runbook;
+        the crash alerts also a fix hint, as an annotation (labels stay bounded)."""
         assert re.fullmatch(r"\d+[smh]", alert["for"])
+        assert set(alert["labels"]) == {"severity"}
         assert alert["labels"]["severity"] in {"critical", "warning"}
         annotations = alert["annotations"]
-        assert set(annotations) == {"summary", "description", "runbook_url"}
+        hinted = {"hint"} if alert["alert"] in CRASH_ALERTS else set()
+        assert set(annotations) == {"summary", "description", "runbook_url", *hinted}
         assert annotations["runbook_url"] == f"{RUNBOOK_URL}#{alert['alert'].lower()}"
+
+    def test_hint_annotations_are_generated_from_the_hint_table(self) -> None:
+        """The crash alerts' `hint` is what scripts/build-alert-hints.py writes (no hand edits)."""
+        result = run(sys.executable, str(HINTS_BUILDER), "--check")
+        assert result.returncode == 0, result.stdout + result.stderr
+        for alert in alerts():
+            if alert["alert"] in CRASH_ALERTS:
+                hint = alert["annotations"]["hint"]
+                for cause in CAUSES:  # every cause of the enum has its branch
+                    assert f'eq {"$labels" if alert["alert"] == "VllmCrashed" else ".Labels"}' in hint
+                    assert f'"{cause}"' in hint or cause == "unknown", (alert["alert"], cause)
 
     @pytest.mark.parametrize("alert", alerts(), ids=lambda rule: rule["alert"])
     def test_runbook_has_a_section_per_alert(self, alert: dict[str, Any]) -> None:
@@ -185,6 +205,59 @@ class TestPromtool:
     @pytest.mark.parametrize("path", TEST_FILES, ids=lambda path: path.name)
     def test_unit_tests_pass(self, path: Path) -> None:
         """`promtool test rules` passes for each series history."""
+        result = run(require_binary("promtool"), "test", "rules", str(path))
+        assert result.returncode == 0, result.stdout + result.stderr
+
+    def test_every_cause_fires_with_its_hint(self, tmp_path: Path) -> None:
+        """VllmCrashed for each cause of the bounded set carries that cause's hint (the one
+        hints.py gives), and the phase variant when the last crash names the phase."""
+        cases = [(cause, None) for cause in CAUSES] + [("cuda_oom", "loading_weights")]
+        tests = []
+        for index, (cause, phase) in enumerate(cases):
+            unit = f"vllm-{index}.service"
+            where = f'job="vllm-sentinel",instance="s:9842",host="gpu-a",unit="{unit}"'
+            series = [
+                {
+                    "series": f'vllm_sentinel_unit_crashes_total{{{where},cause="{cause}"}}',
+                    "values": "0 1x10",
+                }
+            ]
+            labels = {"severity": "warning", "job": "vllm-sentinel", "instance": "s:9842"}
+            labels |= {"host": "gpu-a", "unit": unit, "cause": cause}
+            description = f"{unit} on gpu-a crashed with root cause {cause}."
+            if phase:
+                info = f'{where},cause="{cause}",phase="{phase}",exception="",message=""'
+                series.append(
+                    {"series": f"vllm_sentinel_unit_last_crash_info{{{info}}}", "values": "1x11"}
+                )
+                labels |= {"phase": phase}
+                description = f"{unit} on gpu-a crashed in phase {phase} with root cause {cause}."
+            crash = CrashInfo(CrashCause(cause), "", "", Phase(phase or "crashed"), None)
+            hint = f"{hint_for(crash).text} Runbook: {CAUSE_RUNBOOK}#{cause}"
+            annotations = {
+                "summary": f"vLLM {unit} on gpu-a crashed: {cause}",
+                "description": f"{description} See the runbook's section on {cause}.",
+                "runbook_url": f"{RUNBOOK_URL}#vllmcrashed",
+                "hint": hint,
+            }
+            tests.append(
+                {
+                    "interval": "1m",
+                    "input_series": series,
+                    "alert_rule_test": [
+                        {
+                            "eval_time": "3m",
+                            "alertname": "VllmCrashed",
+                            "exp_alerts": [
+                                {"exp_labels": labels, "exp_annotations": annotations}
+                            ],
+                        }
+                    ],
+                }
+            )
+        path = tmp_path / "every-cause.test.yml"
+        document = {"rule_files": [str(RULES_PATH)], "evaluation_interval": "1m", "tests": tests}
+        path.write_text(json.dumps(document), encoding="utf-8")  # JSON is YAML
         result = run(require_binary("promtool"), "test", "rules", str(path))
         assert result.returncode == 0, result.stdout + result.stderr
 

@@ -114,9 +114,7 @@ class TestMessageRows:
     )
     def test_missing_module_names_the_package(self, module: str, package: str) -> None:
         """The package to install, from the module→package table where the names differ."""
-        hint = hint_for(
-            crash(C.IMPORT_ERROR, f"No module named '{module}'", "ModuleNotFoundError")
-        )
+        hint = hint_for(crash(C.IMPORT_ERROR, f"No module named '{module}'", "ModuleNotFoundError"))
         assert hint.text.startswith(f"`pip install {package}` ")
         assert f"module {module} is missing" in hint.text
 

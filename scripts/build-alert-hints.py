@@ -70,7 +70,9 @@ def _branches(cause: str, phase: str) -> list[str]:
             continue
         keyword = "if" if not branches else "else if"
         branches.append(f'{{{{- {keyword} eq {cause} "{name}" }}}}{body}')
-    branches.append(f"{{{{- else }}}}{fallback}{{{{ end }}}} Runbook: {RUNBOOK_URL}#{{{{ {cause} }}}}")
+    branches.append(
+        f"{{{{- else }}}}{fallback}{{{{ end }}}} Runbook: {RUNBOOK_URL}#{{{{ {cause} }}}}"
+    )
     return branches
 
 

@@ -87,6 +87,8 @@ _COLLECTOR_REASONS: Mapping[str, str] = MappingProxyType(
     }
 )
 """Collector reasons in plain words (others are shown as they are)."""
+_COLLECTOR_ORDER: Mapping[str, int] = MappingProxyType({"journal": 0, "gpu": 1})
+"""The journal first: it decides whether the phases shown are current."""
 _SUMMARY_WORDS = (("crashed", "crashed"), ("stalled", "stalled"), ("ready", "ready"))
 _STARTUP = frozenset(
     phase.value
@@ -392,10 +394,11 @@ def _host_section(
     name = str(host.get("host"))
     collectors = host.get("collectors")
     collectors = collectors if isinstance(collectors, Mapping) else {}
+    ordered = sorted(
+        collectors.items(), key=lambda item: (_COLLECTOR_ORDER.get(item[0], 2), item[0])
+    )
     items = "".join(
-        _collector_item(str(key), state, at)
-        for key, state in sorted(collectors.items())
-        if isinstance(state, Mapping)
+        _collector_item(str(key), state, at) for key, state in ordered if isinstance(state, Mapping)
     )
     notes = "".join(
         f'<p class="alert" role="status">{_e(note)}</p>' for note in _host_notes(collectors)

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from email.message import Message
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,7 @@ from vllm_sentinel.http import (
     make_app,
     start_http_server,
 )
-from vllm_sentinel.report import to_json
+from vllm_sentinel.report import status_document, to_json
 
 PASSWORD = "correct horse battery staple"
 
@@ -184,6 +185,98 @@ class TestPlainHttp:
             finally:
                 idle.close()
         assert reply.status == 200
+
+
+class TestStatusPage:
+    """``/`` is the status page over the ``/status`` document; its assets come from the daemon."""
+
+    @staticmethod
+    @contextmanager
+    def page_server(authenticator: BasicAuthenticator | None = None) -> Iterator[str]:
+        def document() -> dict[str, Any]:
+            return status_document(basic_snapshot())
+
+        app = make_app(
+            make_registry(SentinelCollector(basic_snapshot)), document, authenticator=authenticator
+        )
+        handle = start_http_server(DEFAULT_LISTEN_HOST, 0, app)
+        try:
+            yield f"http://127.0.0.1:{handle.port}"
+        finally:
+            handle.shutdown()
+
+    def test_page_is_html_with_a_strict_content_security_policy(self) -> None:
+        """The page names the units of /status; only the daemon's own script and style run."""
+        with self.page_server() as url:
+            reply = fetch(url + "/")
+        assert reply.status == 200
+        assert reply.headers["Content-Type"] == "text/html; charset=utf-8"
+        policy = reply.headers["Content-Security-Policy"]
+        assert "default-src 'none'" in policy and "script-src 'self'" in policy
+        assert "unsafe-inline" not in policy
+        assert reply.headers["Cache-Control"] == "no-store"
+        body = reply.body.decode()
+        assert body.startswith("<!doctype html>")
+        for unit in ("vllm-llama.service", "vllm-qwen.service", "vllm-mixtral.service"):
+            assert f'data-key="unit:gpu-{"b" if "mixtral" in unit else "a"}/{unit}"' in body
+        assert 'data-refresh="5"' in body
+
+    def test_main_part_is_the_fragment_the_script_swaps_in(self) -> None:
+        """``?part=main`` is the content of <main> alone: the same rows, no page around them."""
+        with self.page_server() as url:
+            part = fetch(url + "/?part=main").body.decode()
+            page = fetch(url + "/").body.decode()
+        assert part.startswith('<p class="summary"') and "<html" not in part
+        assert part.strip() in page
+
+    @pytest.mark.parametrize(("query", "seconds"), [("2", "2"), ("0", "5"), ("x", "5")])
+    def test_refresh_interval_can_be_asked_for(self, query: str, seconds: str) -> None:
+        """``?refresh=SECONDS`` within 1–300 sets the script's interval; anything else, 5."""
+        with self.page_server() as url:
+            body = fetch(f"{url}/?refresh={query}").body.decode()
+        assert f'data-refresh="{seconds}"' in body
+
+    @pytest.mark.parametrize(
+        ("name", "kind"),
+        [
+            ("status.css", "text/css; charset=utf-8"),
+            ("status.js", "text/javascript; charset=utf-8"),
+        ],
+    )
+    def test_assets_are_served_from_package_data(self, name: str, kind: str) -> None:
+        """CSS and JS come from the package (no CDN), cacheable (their URL has the version)."""
+        expected = resources.files("vllm_sentinel").joinpath("static", name).read_bytes()
+        with self.page_server() as url:
+            reply = fetch(f"{url}/static/{name}")
+        assert (reply.status, reply.body) == (200, expected)
+        assert reply.headers["Content-Type"] == kind
+        assert reply.headers["Cache-Control"] == "public, max-age=3600"
+
+    @pytest.mark.parametrize(
+        "path", ["/static/", "/static/nope.js", "/static/../http.py", "/x.css"]
+    )
+    def test_other_static_paths_are_404(self, path: str) -> None:
+        """Only the listed assets are served: no directory listing, no path into the package."""
+        with self.page_server() as url:
+            assert fetch(url + path).status == 404
+
+    def test_page_and_assets_need_credentials_when_users_are_configured(self) -> None:
+        """Behind the same basic auth as /metrics and /status."""
+        authenticator = BasicAuthenticator({"viewer": bcrypt_hash(PASSWORD)})
+        with self.page_server(authenticator) as url:
+            anonymous = [
+                fetch(url + path).status for path in ("/", "/?part=main", "/static/status.js")
+            ]
+            signed_in = fetch(url + "/", headers=basic("viewer", PASSWORD))
+        assert anonymous == [401, 401, 401]
+        assert signed_in.status == 200 and b"vllm-llama.service" in signed_in.body
+
+    def test_head_has_no_body(self) -> None:
+        """HEAD / answers the headers only."""
+        with self.page_server() as url:
+            reply = fetch(url + "/", method="HEAD")
+        assert reply.status == 200 and reply.body == b""
+        assert int(reply.headers["Content-Length"]) > 1000
 
 
 class TestTls:

@@ -12,11 +12,14 @@ from typing import Any
 
 from structlog.testing import capture_logs
 
+from tests.support.records import T0, Journal
 from vllm_sentinel.journal import JournalBatch
 from vllm_sentinel.journal_json import JournalJsonDecoder
-from vllm_sentinel.monitor import HostPlan, Monitor, Tick
+from vllm_sentinel.monitor import GpuSample, HostPlan, Monitor, Tick
 from vllm_sentinel.phases import Phase
 from vllm_sentinel.record import Record
+from vllm_sentinel.report import status_document
+from vllm_sentinel.snapshot import GpuDevice, GpuProcess, GpuReading
 
 INCIDENT = Path(__file__).parents[1] / "golden/journal/001-kimi-k25-flashinfer-restart.jsonl"
 HOST = "llm-two"
@@ -77,6 +80,8 @@ def test_phase_changes_and_the_crash_are_one_event_each() -> None:
     assert crash["exception_class"] == "RuntimeError"
     assert crash["message"].startswith("flashinfer-cubin version (0.6.3) does not match")
     assert crash["crashes_total"] == 1
+    assert crash["hint"].startswith("`pip install flashinfer-cubin==0.6.4`")
+    assert crash["runbook"] == "docs/runbook.md#dependency_mismatch"
 
     changes = _events(logs, "unit_phase_changed")
     second = [event for event in changes if event["invocation_id"] != crash["invocation_id"]]
@@ -175,3 +180,51 @@ def test_history_is_not_logged_and_its_end_logs_each_unit_once() -> None:
     assert (phase, previous) == ("loading_weights", None)
     assert invocation == records[-1].invocation_id
     assert _events(logs, "unit_crashed") == []  # history: the first crash was not counted
+
+
+def test_crash_hint_names_the_other_gpu_processes() -> None:
+    """A ``gpu_memory_in_use`` crash: the event's hint says how much was free and which other
+    processes hold the GPU, from the GPU collector's latest reading (not the unit's own)."""
+    journal = Journal(unit=UNIT, host=HOST)
+    invocation = "c" * 32
+    clock = _Clock(T0)
+    monitor = Monitor([HostPlan(HOST, (UNIT,))], clock=clock, settle_seconds=5.0)
+    gib = 1 << 30
+    reading = GpuReading(
+        (GpuDevice(0, "GPU-0", "NVIDIA H100", 70 * gib, 80 * gib),),
+        (GpuProcess("GPU-0", 4242, 69 * gib), GpuProcess("GPU-0", 777, gib)),
+        T0,
+    )
+    monitor.apply(GpuSample(HOST, reading, {4242: "jupyter.service", 777: UNIT}))
+    lines = [
+        journal.at(0).systemd(f"Started {UNIT} - vLLM.", invocation),
+        journal.at(5).line(
+            "(EngineCore_DP0 pid=777) ERROR 11-28 23:35:05 [core.py:708] ValueError: Free memory "
+            "on device cuda:0 (10.00/80.00 GiB) on startup is less than desired GPU memory "
+            "utilization (0.90, 72.00 GiB). Decrease GPU memory utilization or reduce GPU memory "
+            "used by other processes.",
+            invocation,
+            777,
+        ),
+        journal.at(6).systemd(
+            f"{UNIT}: Main process exited, code=exited, status=1/FAILURE", invocation
+        ),
+        journal.at(6).systemd(f"{UNIT}: Failed with result 'exit-code'.", invocation),
+    ]
+    with capture_logs() as logs:
+        monitor.apply(JournalBatch(HOST, tuple(lines), lines[-1].cursor))
+        clock.at = T0 + timedelta(seconds=60)
+        monitor.apply(Tick(clock.at))
+        monitor.publish()
+    (crash,) = _events(logs, "unit_crashed")
+    assert crash["cause"] == "gpu_memory_in_use"
+    assert crash["hint"] == (
+        "GPU cuda:0 had 10.00 GiB free of 80.00 GiB; `--gpu-memory-utilization 0.90` wants "
+        "72.00 GiB: other processes hold the rest. Stop them, or lower "
+        "`--gpu-memory-utilization` to 0.12 or less. Now on this host: jupyter.service "
+        "(pid 4242) holds 69.0 GiB on GPU 0."
+    )
+    status = status_document(monitor.latest)
+    (unit,) = status["units"]
+    assert unit["last_crash"]["hint"]["text"] == crash["hint"]
+    assert unit["last_crash"]["hint"]["rule"] == "free_memory_below_utilization"

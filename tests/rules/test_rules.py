@@ -15,7 +15,8 @@ import yaml
 from tests.conftest import require_binary
 from tests.support.promql import fast_rules, rule_expressions, rules
 from vllm_sentinel.causes import CrashCause
-from vllm_sentinel.hints import CAUSE_HINTS, RUNBOOK_URL as CAUSE_RUNBOOK, hint_for
+from vllm_sentinel.hints import CAUSE_HINTS, hint_for
+from vllm_sentinel.hints import RUNBOOK_URL as CAUSE_RUNBOOK
 from vllm_sentinel.phases import Phase
 from vllm_sentinel.snapshot import CrashInfo
 
@@ -75,7 +76,9 @@ class TestAlertDefinitions:
             if alert["alert"] in CRASH_ALERTS:
                 hint = alert["annotations"]["hint"]
                 for cause in CAUSES:  # every cause of the enum has its branch
-                    assert f'eq {"$labels" if alert["alert"] == "VllmCrashed" else ".Labels"}' in hint
+                    assert (
+                        f"eq {'$labels' if alert['alert'] == 'VllmCrashed' else '.Labels'}" in hint
+                    )
                     assert f'"{cause}"' in hint or cause == "unknown", (alert["alert"], cause)
 
     @pytest.mark.parametrize("alert", alerts(), ids=lambda rule: rule["alert"])
@@ -248,9 +251,7 @@ class TestPromtool:
                         {
                             "eval_time": "3m",
                             "alertname": "VllmCrashed",
-                            "exp_alerts": [
-                                {"exp_labels": labels, "exp_annotations": annotations}
-                            ],
+                            "exp_alerts": [{"exp_labels": labels, "exp_annotations": annotations}],
                         }
                     ],
                 }

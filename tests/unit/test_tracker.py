@@ -10,7 +10,7 @@ from vllm_sentinel.causes import CrashCause
 from vllm_sentinel.phases import Outcome, Phase
 from vllm_sentinel.record import Record
 from vllm_sentinel.snapshot import IncarnationSnapshot
-from vllm_sentinel.tracker import UnitTracker
+from vllm_sentinel.tracker import BENIGN_LINES_KEPT, RECENT_EVENTS_KEPT, UnitTracker
 
 A = "a" * 32
 B = "b" * 32
@@ -525,3 +525,64 @@ class TestJsonFormatter:
         (incarnation,) = tracker.snapshot().incarnations
         assert incarnation.started_at == T0
         assert incarnation.crash is None and incarnation.last_record_at == T0 + timedelta(seconds=9)
+
+
+class TestRecentEvents:
+    """The bounded record of start and crash times behind "the last 24 h", and benign lines."""
+
+    def test_starts_and_settled_crashes_are_kept_history_included(self) -> None:
+        """History (not counted) still fills the times: the page's 24 h is about the unit."""
+        tracker = UnitTracker("vllm-kimi-k25.service", "llm-two", settle_seconds=30)
+        tracker.counting = False
+        _incident(tracker, Journal(), late=False, until=151)
+        tracker.advance(T0 + timedelta(seconds=300))
+        snapshot = tracker.snapshot()
+        assert snapshot.starts_total == 0 and dict(snapshot.crashes_total) == {}
+        assert snapshot.recent_starts == (
+            T0 + timedelta(seconds=58),
+            T0 + timedelta(seconds=151),
+        )
+        assert snapshot.recent_crashes == (T0 + timedelta(seconds=140),)
+
+    def test_times_are_bounded(self) -> None:
+        """A crash loop keeps the latest RECENT_EVENTS_KEPT times, oldest first."""
+        tracker = UnitTracker("u", "h", settle_seconds=1)
+        journal = Journal(unit="u", host="h")
+        total = RECENT_EVENTS_KEPT + 20
+        for index in range(total):
+            invocation = f"{index:032x}"
+            tracker.feed(journal.at(index * 10).systemd("Started u - vLLM.", invocation))
+            tracker.feed(
+                journal.at(index * 10 + 5).systemd(
+                    "u: Main process exited, code=exited, status=1/FAILURE", invocation
+                )
+            )
+            tracker.feed(
+                journal.at(index * 10 + 5).systemd("u: Failed with result 'exit-code'.", invocation)
+            )
+        tracker.advance(T0 + timedelta(seconds=total * 10 + 60))
+        snapshot = tracker.snapshot()
+        assert len(snapshot.recent_starts) == RECENT_EVENTS_KEPT
+        assert snapshot.recent_starts[0] == T0 + timedelta(seconds=20 * 10)
+        assert snapshot.recent_starts[-1] == T0 + timedelta(seconds=(total - 1) * 10)
+        assert len(snapshot.recent_crashes) == RECENT_EVENTS_KEPT
+        assert snapshot.recent_crashes[-1] == T0 + timedelta(seconds=(total - 1) * 10 + 5)
+
+    def test_first_benign_lines_are_kept(self) -> None:
+        """The bodies of the first BENIGN_LINES_KEPT benign ERROR lines; all are counted."""
+        tracker = UnitTracker("u")
+        journal = Journal(unit="u")
+        for index in range(BENIGN_LINES_KEPT + 3):
+            tracker.feed(
+                journal.at(index).line(
+                    f"ERROR 11-28 23:35:0{index % 10} [fused_moe.py:60] Failed to import Triton "
+                    f"kernels. Please make sure your triton version is compatible. Error: {index}",
+                    A,
+                )
+            )
+        current = tracker.snapshot().current
+        assert current is not None
+        assert current.benign_errors == BENIGN_LINES_KEPT + 3
+        assert len(current.benign_lines) == BENIGN_LINES_KEPT
+        assert current.benign_lines[0].startswith("Failed to import Triton kernels.")
+        assert current.benign_lines[0].endswith("Error: 0")

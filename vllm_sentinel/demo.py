@@ -378,6 +378,7 @@ async def run_demo(
     url = f"http://{server.host}:{server.port}"
     announce(f"vllm-sentinel demo: playing {len(INCIDENTS)} real-shaped incidents on {DEMO_HOST}")
     wanted = r"^vllm_sentinel_unit_(phase\{.*\} 1|crashes_total\{.*\} [1-9]|stalled\{)"
+    announce(f"  page:    {url}/   (open it in a browser: hosts, units, crashes with fixes)")
     announce(f"  metrics: curl -s {url}/metrics | grep -E '{wanted}'")
     announce(f"  status:  curl -s {url}/status   (or: vllm-sentinel status --url {url})")
     kimi = f"{url}/units/{DEMO_HOST}/vllm-kimi-k25.service"

@@ -188,6 +188,11 @@ async def test_flashinfer_incident_step_by_step(
             FLASHINFER,
         )
         assert (second["id"], second["outcome"]) == (B, "running")
+        assert unit["last_crash"]["hint"]["text"].startswith(
+            "`pip install flashinfer-cubin==0.6.4`"
+        )
+        (benign,) = second["benign_lines"]  # the SparseMatrix line, discounted and explained
+        assert benign["why"].startswith("harmless: only gpt-oss with the Triton MoE kernels")
         # settling: the crash is counted once, under the cause the late lines gave
         write(
             [

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import socket
 import sys
@@ -52,7 +53,7 @@ def _free_port() -> int:
 
 
 def _status(url: str) -> dict[str, Any]:
-    with urllib.request.urlopen(url + "/status", timeout=5) as response:  # noqa: S310 (http)
+    with urllib.request.urlopen(url + "/status", timeout=5) as response:
         return dict(json.loads(response.read()))
 
 
@@ -74,8 +75,8 @@ def _whole_story(status: dict[str, Any]) -> bool:
     )
 
 
-async def _wait(url: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
+async def _wait(url: str, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         try:
             if _whole_story(await asyncio.to_thread(_status, url)):
@@ -83,7 +84,7 @@ async def _wait(url: str, timeout: float) -> None:
         except OSError:
             pass  # not serving yet
         await asyncio.sleep(0.2)
-    raise SystemExit(f"the demo did not reach the wanted state within {timeout:g} s")
+    raise SystemExit(f"the demo did not reach the wanted state within {seconds:g} s")
 
 
 async def capture(output: Path, chromium: str, color_scheme: str, width: int) -> None:
@@ -93,7 +94,7 @@ async def capture(output: Path, chromium: str, color_scheme: str, width: int) ->
     url = f"http://127.0.0.1:{port}"
     demo = asyncio.create_task(run_demo("127.0.0.1", port, announce=lambda line: None))
     try:
-        await _wait(url, timeout=300.0)
+        await _wait(url, seconds=300.0)
         with tempfile.TemporaryDirectory(prefix="sentinel-chromium-") as profile:
             async with async_playwright() as playwright:
                 context = await playwright.chromium.launch_persistent_context(
@@ -113,10 +114,8 @@ async def capture(output: Path, chromium: str, color_scheme: str, width: int) ->
                     await context.close()
     finally:
         demo.cancel()
-        try:
+        with contextlib.suppress(asyncio.CancelledError):
             await demo
-        except asyncio.CancelledError:
-            pass
     print(f"wrote {output}")
 
 

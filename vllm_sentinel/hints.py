@@ -148,11 +148,11 @@ _MEMORY_BUDGET = (
 CAUSE_HINTS: tuple[CauseHint, ...] = (
     CauseHint(
         "cuda_oom",
-        "The model does not fit in GPU memory at this size and dtype: raise "
+        "The model does not fit in device memory at this size and dtype: raise "
         "`--tensor-parallel-size` or use a quantized checkpoint.",
         frozenset({Phase.STARTING, Phase.INITIALIZING, Phase.LOADING_WEIGHTS}),
     ),
-    CauseHint("cuda_oom", "The GPU ran out of memory. " + _MEMORY_BUDGET),
+    CauseHint("cuda_oom", "The device ran out of memory. " + _MEMORY_BUDGET),
     CauseHint(
         "kv_cache_insufficient",
         "The weights fit but the KV cache for one max-length sequence does not: lower "
@@ -184,8 +184,10 @@ CAUSE_HINTS: tuple[CauseHint, ...] = (
     ),
     CauseHint(
         "cuda_error",
-        "A CUDA call failed: look for Xid errors in `dmesg` and at the failing operation in the "
-        "message; a device-side assert is often a shape or dtype this GPU does not support.",
+        "A call into the accelerator's runtime (CUDA, HIP, NPU, XPU) failed: check the device's "
+        "health (`dmesg | grep -i xid` on NVIDIA, `npu-smi info`, `rocm-smi`) and the failing "
+        "operation in the message; a device-side assert is often a shape or dtype the device "
+        "does not support.",
     ),
     CauseHint(
         "no_gpu",
@@ -194,9 +196,9 @@ CAUSE_HINTS: tuple[CauseHint, ...] = (
     ),
     CauseHint(
         "driver_error",
-        "The NVIDIA driver is missing, too old for this CUDA runtime, or out of step after an "
-        "upgrade: reboot after a driver update; otherwise update the driver, or install a "
-        "PyTorch built for the CUDA version the driver supports.",
+        "The accelerator's driver is missing, too old for the runtime in this environment, or "
+        "out of step after an upgrade: reboot after a driver update; otherwise update the "
+        "driver, or install the PyTorch build (CUDA, ROCm, torch_npu) the driver supports.",
     ),
     CauseHint(
         "dependency_mismatch",
@@ -668,6 +670,43 @@ MESSAGE_HINTS: tuple[MessageHint, ...] = (
         derive=_oom_other,
         with_cause_hint=True,
         names_gpu_processes=True,
+    ),
+    MessageHint(
+        "oom_allocation_classic",
+        frozenset({"cuda_oom"}),
+        r"Tried to allocate (?P<asked>" + _SIZE + r") \((?P<device>GPU|NPU|XPU|HPU) "
+        r"(?P<gpu>\d+); (?P<total>" + _SIZE + r") total capacity; (?P<held>" + _SIZE + r") "
+        r"already allocated;(?: [^;]*;)*? (?P<free>" + _SIZE + r") free",
+        "{device} {gpu} had {free} free of {total} ({held} held by this process) when {asked} "
+        "more was asked.",
+        "PyTorch < 2.1 caching allocator; torch_npu (Ascend)",
+        "RuntimeError: NPU out of memory. Tried to allocate 11.50 GiB (NPU 15; 60.97 GiB total "
+        "capacity; 55.29 GiB already allocated; 55.29 GiB current active; 4.64 GiB free; 55.51 "
+        "GiB reserved in total by PyTorch)",
+        with_cause_hint=True,
+        names_gpu_processes=True,
+    ),
+    MessageHint(
+        "npu_runtime_error",
+        frozenset({"cuda_error", "driver_error"}),
+        r"NPU function error: (?P<function>[\w:]+)(?:\([^)]*\))?, error code is (?P<code>\d+)",
+        "The Ascend runtime failed in {function} (error code {code}, in CANN's error code "
+        "list): check the NPU with `npu-smi info`, and that CANN, the driver and torch_npu are "
+        "versions made for each other.",
+        "torch_npu (Ascend CANN runtime)",
+        "RuntimeError: npuSynchronizeDevice:build/CMakeFiles/torch_npu.dir/compiler_depend.ts:"
+        "508 NPU function error: AclrtSynchronizeDeviceWithTimeout, error code is 507013",
+    ),
+    MessageHint(
+        "level_zero_error",
+        frozenset({"cuda_error", "cuda_oom"}),
+        r"level_zero backend failed with error: \d+ \((?P<code>UR_RESULT_\w+)\)",
+        "Intel's Level Zero runtime failed with {code}: check the device with `xpu-smi` and "
+        "that the oneAPI runtime matches the PyTorch XPU build; OUT_OF_RESOURCES is usually "
+        "device memory (lower `--gpu-memory-utilization` or `--max-num-seqs`).",
+        "Unified Runtime / Level Zero (PyTorch XPU)",
+        "RuntimeError: level_zero backend failed with error: 40 "
+        "(UR_RESULT_ERROR_OUT_OF_RESOURCES)",
     ),
     MessageHint(
         "port_taken",

@@ -705,8 +705,7 @@ MESSAGE_HINTS: tuple[MessageHint, ...] = (
         "that the oneAPI runtime matches the PyTorch XPU build; OUT_OF_RESOURCES is usually "
         "device memory (lower `--gpu-memory-utilization` or `--max-num-seqs`).",
         "Unified Runtime / Level Zero (PyTorch XPU)",
-        "RuntimeError: level_zero backend failed with error: 40 "
-        "(UR_RESULT_ERROR_OUT_OF_RESOURCES)",
+        "RuntimeError: level_zero backend failed with error: 40 (UR_RESULT_ERROR_OUT_OF_RESOURCES)",
     ),
     MessageHint(
         "port_taken",

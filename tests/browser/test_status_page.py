@@ -300,7 +300,7 @@ async def test_the_page_needs_credentials(
                 except Exception as error:  # playwright's Error
                     outcome = str(error)
                 assert outcome == "HTTP 401" or "net::ERR_INVALID_AUTH_CREDENTIALS" in outcome
-                assert LOADING not in await page.content()
+                await page.wait_for_load_state()
                 for path in ("/", "/?part=main", "/static/status.js"):
                     answer = await page.request.get(scene.url + path)
                     assert answer.status == 401

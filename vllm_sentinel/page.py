@@ -130,7 +130,8 @@ $main
 </main>
 <footer>
 <a href="metrics">metrics</a> (Prometheus) · <a href="status">status</a> (JSON) ·
-<a href="units">units</a> (startup state) · <a href="healthz">healthz</a> · <a href="$runbook">runbook</a> · vllm-sentinel $version
+<a href="units">units</a> (startup state) · <a href="healthz">healthz</a> ·
+<a href="$runbook">runbook</a> · vllm-sentinel $version
 </footer>
 </body>
 </html>

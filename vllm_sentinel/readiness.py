@@ -16,7 +16,8 @@ Each unit is one JSON object in the shape vLLM's users ask for (vllm-project/vll
      "ready_source": null,            # "log" | "health_probe" once ready
      "invocation_id": "…", "started_at": "…Z", "ready_at": null,
      "model": "…", "vllm_version": "…", "tensor_parallel_size": 8,
-     "last_crash": {"cause", "exception", "message", "phase", "at", "hint"} | null,
+     "last_crash": {"cause", "exception", "message", "phase", "at",
+                    "hint": {"text", "runbook", "rule"}} | null,   # hints.hint_for
      "health": {"url", "up", "status", "error", "last_probe_at", "last_success_at",
                 "failing_since", "duration_seconds", "served_models"} | null}
 
@@ -37,10 +38,12 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
 
+from vllm_sentinel.hints import HintContext, hint_for
 from vllm_sentinel.phases import Outcome, Phase
 from vllm_sentinel.report import format_duration, iso_utc
 from vllm_sentinel.snapshot import (
     CrashInfo,
+    GpuProcessUsage,
     HostSnapshot,
     IncarnationSnapshot,
     Snapshot,
@@ -151,16 +154,17 @@ def _progress(current: IncarnationSnapshot) -> float | None:
     return None
 
 
-def _crash(crash: CrashInfo | None) -> dict[str, Any] | None:
+def _crash(crash: CrashInfo | None, context: HintContext) -> dict[str, Any] | None:
     if crash is None:
         return None
+    hint = hint_for(crash, context)
     return {
         "cause": crash.cause.value,
         "exception": crash.exception,
         "message": crash.message,
         "phase": crash.phase.value,
         "at": iso_utc(crash.at),
-        "hint": getattr(crash, "hint", None),  # wt/hints: CrashInfo.hint
+        "hint": {"text": hint.text, "runbook": hint.runbook, "rule": hint.rule},
     }
 
 
@@ -187,13 +191,20 @@ def _ready_at(current: IncarnationSnapshot) -> datetime | None:
     return None
 
 
-def unit_document(unit: UnitSnapshot, now: datetime, *, state_known: bool = True) -> dict[str, Any]:
+def unit_document(
+    unit: UnitSnapshot,
+    now: datetime,
+    *,
+    state_known: bool = True,
+    gpu_processes: tuple[GpuProcessUsage, ...] = (),
+) -> dict[str, Any]:
     """One unit's startup document (the module docstring has the shape).
 
     Args:
         unit: the unit as published (tracker snapshot decorated by the Monitor).
         now: the time the document describes (the snapshot's time).
         state_known: False while the host's journal collector is down.
+        gpu_processes: the host's GPU processes, named in a memory crash's hint.
     """
     state = unit_state(unit)
     current = unit.current
@@ -220,7 +231,7 @@ def unit_document(unit: UnitSnapshot, now: datetime, *, state_known: bool = True
         "model": current.model if current else None,
         "vllm_version": current.vllm_version if current else None,
         "tensor_parallel_size": current.tensor_parallel_size if current else None,
-        "last_crash": _crash(unit.last_crash),
+        "last_crash": _crash(unit.last_crash, HintContext(unit.unit, gpu_processes)),
         "health": _health(unit.health),
     }
 
@@ -235,7 +246,12 @@ def units_document(snapshot: Snapshot) -> dict[str, Any]:
     return {
         "at": iso_utc(snapshot.at),
         "units": [
-            unit_document(unit, snapshot.at, state_known=_is_known(host))
+            unit_document(
+                unit,
+                snapshot.at,
+                state_known=_is_known(host),
+                gpu_processes=host.gpu_processes,
+            )
             for host in snapshot.hosts
             for unit in host.units
         ],
@@ -249,5 +265,10 @@ def find_unit(snapshot: Snapshot, host: str, unit: str) -> dict[str, Any] | None
             continue
         for item in entry.units:
             if item.unit == unit:
-                return unit_document(item, snapshot.at, state_known=_is_known(entry))
+                return unit_document(
+                    item,
+                    snapshot.at,
+                    state_known=_is_known(entry),
+                    gpu_processes=entry.gpu_processes,
+                )
     return None

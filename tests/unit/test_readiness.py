@@ -91,7 +91,7 @@ class TestStates:
         assert document["health"]["failing_since"] == "2025-03-01T12:28:20Z"
 
     def test_crashed_unit_carries_its_root_cause(self) -> None:
-        """Crashed: 500, the cause in the detail, last_crash with a hint slot."""
+        """Crashed: 500, the cause in the detail, last_crash with its fix hint."""
         item = incarnation(
             [(Phase.STARTING, 0), (Phase.LOADING_WEIGHTS, 60), (Phase.CRASHED, 80)],
             outcome=Outcome.CRASHED,
@@ -111,7 +111,13 @@ class TestStates:
             "message": CRASH.message,
             "phase": "loading_weights",
             "at": "2025-03-01T12:01:20Z",
-            "hint": None,
+            "hint": {
+                "text": "`pip install flashinfer-cubin==0.6.4`: flashinfer-cubin 0.6.3 must "
+                "match flashinfer 0.6.4 (or install the flashinfer that matches "
+                "flashinfer-cubin 0.6.3).",
+                "runbook": "docs/runbook.md#dependency_mismatch",
+                "rule": "version_pair",
+            },
         }
 
     @pytest.mark.parametrize(

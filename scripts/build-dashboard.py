@@ -11,7 +11,8 @@ commit both: tests/unit/test_dashboard.py checks that the JSON is what this scri
 
 Layout, for a person paged at night (top to bottom):
 1. one row per unit (repeated over `$unit`): phase over time, time in phase, time since the last
-   progress, weights loaded, stalled, last crash cause;
+   progress, weights loaded, stalled, last crash cause; then when it should be ready (ETA, the
+   expected time, slower than usual, and the countdown against the time in the phase);
 2. GPU memory per GPU of the host and per unit (the loading curve), weights loaded over time;
 3. starts and crashes by cause over time, crashes by cause in the range, the last crash details;
 4. phase durations of recent starts against the usual, startup duration, current incarnations;
@@ -339,7 +340,134 @@ def _unit_row(ids: _Ids, builder: dashboard.Dashboard) -> dashboard.Dashboard:
     )
     for panel in (phase, time_in_phase, since_progress, weights, stalled, last_crash):
         builder = builder.with_panel(panel)
+    for panel in _readiness_panels(ids):
+        builder = builder.with_panel(panel)
     return builder
+
+
+def _readiness_panels(ids: _Ids) -> list[Any]:
+    """The unit row's second line: when will it be ready, and is it slower than usual."""
+    eta = (
+        stat.Panel()
+        .id(ids())
+        .title("Ready in")
+        .description(
+            "The sentinel's estimate of the time left until the starting unit is ready, with its "
+            "basis: vllm (vLLM's own progress bar: the end of the current phase only), history "
+            "(the unit's recent starts of this model, else of any model) or both. Empty when "
+            "there is no basis, when the unit is not starting, or while it is stalled."
+        )
+        .datasource(DATASOURCE)
+        .with_target(
+            _query(
+                f"max by (host, unit, basis) (vllm_sentinel_unit_startup_eta_seconds{{{UNIT}}})",
+                "{{host}} ({{basis}})",
+                instant=True,
+            )
+        )
+        .unit("s")
+        .no_value("no estimate")
+        .decimals(0)
+        .reduce_options(_last_value())
+        .text_mode(common.BigValueTextMode.VALUE_AND_NAME)
+        .color_mode(common.BigValueColorMode.NONE)
+        .graph_mode(common.BigValueGraphMode.NONE)
+        .span(4)
+        .height(6)
+    )
+    expected = (
+        stat.Panel()
+        .id(ids())
+        .title("Expected ready at")
+        .description("When the starting unit should be ready: now plus the estimate, same basis.")
+        .datasource(DATASOURCE)
+        .with_target(
+            _query(
+                "max by (host, unit, basis) ("
+                f"vllm_sentinel_unit_expected_ready_timestamp_seconds{{{UNIT}}}) * 1000",
+                "{{host}} ({{basis}})",
+                instant=True,
+            )
+        )
+        .unit("dateTimeAsIso")
+        .no_value("no estimate")
+        .reduce_options(_last_value())
+        .text_mode(common.BigValueTextMode.VALUE_AND_NAME)
+        .color_mode(common.BigValueColorMode.NONE)
+        .graph_mode(common.BigValueGraphMode.NONE)
+        .span(5)
+        .height(6)
+    )
+    slow = (
+        stat.Panel()
+        .id(ids())
+        .title("Slower than usual")
+        .description(
+            "SLOW: the current startup phase has lasted more than 1.5 times (slow_factor) its "
+            "usual duration for this unit and model, and a minute more; still moving, unlike "
+            "STALLED (alert VllmStartupSlowerThanUsual)."
+        )
+        .datasource(DATASOURCE)
+        .with_target(_query(f"max by (host, unit) (vllm_sentinel_unit_slow{{{UNIT}}})", "{{host}}"))
+        .unit("none")
+        .mappings(_mappings({"0": ("no", "green"), "1": ("SLOW", "orange")}))
+        .thresholds(_thresholds((None, "green"), (1, "orange")))
+        .reduce_options(_last_value())
+        .text_mode(common.BigValueTextMode.VALUE)
+        .color_mode(common.BigValueColorMode.BACKGROUND)
+        .graph_mode(common.BigValueGraphMode.NONE)
+        .span(3)
+        .height(6)
+    )
+    countdown = (
+        timeseries.Panel()
+        .id(ids())
+        .title("Countdown to ready")
+        .description(
+            "The estimated time left until ready, the time spent in the current phase, and that "
+            "phase's usual duration for this unit and model (dashed). Time in the phase rising "
+            "far above the usual line is a slow start; the estimate then stops falling."
+        )
+        .datasource(DATASOURCE)
+        .with_target(
+            _query(
+                f"max by (host, unit) (vllm_sentinel_unit_startup_eta_seconds{{{UNIT}}})",
+                "{{host}} ready in",
+                "A",
+            )
+        )
+        .with_target(
+            _query(
+                f"host_unit:vllm_sentinel_unit_phase_seconds:current{{{UNIT}}}",
+                "{{host}} in {{phase}}",
+                "B",
+            )
+        )
+        .with_target(
+            _query(
+                f"max by (host, unit) (vllm_sentinel_unit_phase_usual_seconds{{{UNIT}}})",
+                "{{host}} usual for the phase",
+                "C",
+            )
+        )
+        .override_by_query(
+            "C",
+            [
+                model.DynamicConfigValue(
+                    id_val="custom.lineStyle", value={"fill": "dash", "dash": [10, 10]}
+                ),
+                model.DynamicConfigValue(id_val="custom.fillOpacity", value=0),
+            ],
+        )
+        .unit("s")
+        .min(0)
+        .span_nulls(False)
+        .legend(_legend_list())
+        .tooltip(_tooltip_all())
+        .span(12)
+        .height(6)
+    )
+    return [eta, expected, slow, countdown]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -100,6 +100,13 @@ def from_journald_text(path: Path, unit: str, start_line: int) -> list[dict[str,
     return entries
 
 
+def _tqdm_interval(seconds: int) -> str:
+    """tqdm's format_interval: MM:SS, or H:MM:SS past an hour."""
+    minutes, secs = divmod(seconds, 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours:d}:{minutes:02d}:{secs:02d}" if hours else f"{minutes:02d}:{secs:02d}"
+
+
 def stalled_load() -> list[dict[str, str]]:
     unit = "vllm-llama-405b.service"
     invocation = _invocation_id(unit, 1)
@@ -131,13 +138,15 @@ def stalled_load() -> list[dict[str, str]]:
             False,
         ),
     ]
-    for shard in range(0, 37):
+    for shard in range(0, 37):  # tqdm's own bar: 30 s a shard, its remaining time counting down
         offset = 36 + shard * 30
         pct = round(100 * shard / 109)
+        remaining = _tqdm_interval((109 - shard) * 30) if shard else "?"
+        rate = "30.00s/it" if shard else "?it/s"
         script.append(
             (
                 offset,
-                f"Loading safetensors checkpoint shards: {pct:3d}% Completed | {shard}/109 [{offset // 60:02d}:{offset % 60:02d}<50:00, 30.00s/it]",
+                f"Loading safetensors checkpoint shards: {pct:3d}% Completed | {shard}/109 [{_tqdm_interval(shard * 30)}<{remaining}, {rate}]",
                 4201,
                 False,
             )

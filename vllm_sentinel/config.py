@@ -22,8 +22,9 @@ Rules worth knowing (``config.example.toml`` documents every key):
 * A host is ``local = true`` or has an ``address``, never both. SSH keys apply to remote hosts
   only. A remote host needs ``known_hosts`` unless ``insecure_accept_any_host_key = true``,
   which is accepted with a loud entry in ``Config.warnings``.
-* Hosts inherit ``gpu_poll_interval_seconds`` and each phase's ``stall_threshold_seconds`` from
-  ``[defaults]`` unless they set their own; ``HostConfig`` holds the resolved values.
+* Hosts inherit ``gpu_poll_interval_seconds``, ``slow_factor``, ``slow_floor_seconds`` and each
+  phase's ``stall_threshold_seconds`` from ``[defaults]`` unless they set their own;
+  ``HostConfig`` holds the resolved values.
 * ``gpu`` defaults to ``nvml`` for a local host and ``nvidia-smi`` for a remote one; NVML can
   only read this machine's GPUs, so ``gpu = "nvml"`` on a remote host is an error.
 * No ``[[hosts]]`` at all means one local host watching ``vllm*.service`` (``default_config``).
@@ -61,6 +62,7 @@ from vllm_sentinel.causes import DEFAULT_BENIGN_PATTERNS, BenignMatcher
 from vllm_sentinel.errors import ConfigError
 from vllm_sentinel.health import ProbePolicy, ProbeSettings
 from vllm_sentinel.phases import STARTUP_PHASES, Phase
+from vllm_sentinel.stall import DEFAULT_SLOW_FACTOR, DEFAULT_SLOW_FLOOR_SECONDS
 from vllm_sentinel.transport import SshSettings
 
 __all__ = [
@@ -133,7 +135,11 @@ _REMOTE_ONLY_KEYS = (
     "keepalive_count_max",
     "passphrase",
 )
-_INHERITED_KEYS = ("gpu_poll_interval_seconds",)  # besides stall_threshold_seconds, merged
+_INHERITED_KEYS = (  # besides stall_threshold_seconds, merged
+    "gpu_poll_interval_seconds",
+    "slow_factor",
+    "slow_floor_seconds",
+)
 _DEFAULT_GPU_POLL_INTERVAL_SECONDS = 2.0
 
 # Scalars are strict (TOML "600" is not a number, 1 is not true); arrays and enums come from TOML
@@ -420,6 +426,8 @@ class DefaultsConfig(BaseModel):
     unit_discovery_interval_seconds: float = Field(default=30.0, gt=0, le=3600)
     stall_threshold_seconds: StallThresholds = StallThresholds()
     health_probe: HealthProbeConfig = HealthProbeConfig()
+    slow_factor: float = Field(default=DEFAULT_SLOW_FACTOR, gt=1, le=100)
+    slow_floor_seconds: float = Field(default=DEFAULT_SLOW_FLOOR_SECONDS, ge=0, le=86_400)
 
     @field_validator("benign_patterns", mode="after")
     @classmethod
@@ -460,6 +468,8 @@ class HostConfig(BaseModel):
     )
     stall_threshold_seconds: StallThresholds = StallThresholds()
     health_probe: HealthProbeConfig = HealthProbeConfig()
+    slow_factor: float = Field(default=DEFAULT_SLOW_FACTOR, gt=1, le=100)
+    slow_floor_seconds: float = Field(default=DEFAULT_SLOW_FLOOR_SECONDS, ge=0, le=86_400)
 
     @model_validator(mode="before")
     @classmethod

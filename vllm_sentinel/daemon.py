@@ -1,12 +1,13 @@
 """The daemon: wires sources, Monitor, cursor store and HTTP under one event loop (edge).
 
 Tasks (``asyncio``): the Monitor (the one writer), a tick every second (settles crashes,
-refreshes time-in-phase, stall and unhealthy flags), a cursor flush every
-``cursor_flush_interval_seconds``, and per host a supervisor running its ``JournalFollower``,
-``GpuPoller`` and, where ``health_probe`` is enabled, its ``HealthProber``. A host's failure
-never reaches the others: sources retry on their own, and an unexpected error in a host's
-supervisor is logged with its traceback and the host restarted. The HTTP server runs on its own
-threads and reads only ``Monitor.latest``.
+refreshes time-in-phase, stall, slow and unhealthy flags and ETAs), a flush of cursors and
+startup history every ``cursor_flush_interval_seconds``, and per host a supervisor running its
+``JournalFollower``, ``GpuPoller`` and, where ``health_probe`` is enabled, its
+``HealthProber``. A host's failure never reaches the others: sources retry on their own, and an
+unexpected error in a host's supervisor is logged with its traceback and the host restarted.
+The HTTP server runs on its own threads and reads only ``Monitor.latest``. The startup history
+(``<state directory>/history``) is read once before the hosts start.
 
 Signals: SIGTERM/SIGINT stop cleanly (followers' channels are closed, cursors flushed);
 SIGHUP reloads the config file — hosts and units added or removed without losing the state of
@@ -43,6 +44,7 @@ from vllm_sentinel.errors import ConfigError, GpuCollectorError
 from vllm_sentinel.exporter import SentinelCollector, make_registry
 from vllm_sentinel.gpu import CgroupReader, GpuPoller, GpuReader, NvidiaSmiReader, NvmlReader
 from vllm_sentinel.health import HealthProbeResult
+from vllm_sentinel.history import HistoryStore
 from vllm_sentinel.http import (
     BasicAuthenticator,
     ServerHandle,
@@ -110,6 +112,8 @@ def host_plan(host: HostConfig, config: Config) -> HostPlan:
         stall_thresholds=host.stall_thresholds(),
         stall_min_growth_bytes=config.defaults.stall_min_growth_bytes,
         probe_policy=host.probe_policy(),
+        slow_factor=host.slow_factor,
+        slow_floor_seconds=host.slow_floor_seconds,
     )
 
 
@@ -169,11 +173,14 @@ class Daemon:
         self.config = config
         self._config_path = config_path
         self._clock = clock
-        self._cursors = CursorStore(_state_directory(config))
+        state_directory = _state_directory(config)
+        self._cursors = CursorStore(state_directory)
+        self.history = HistoryStore(Path(state_directory) / "history")
         self.monitor = Monitor(
             [host_plan(host, config) for host in config.hosts],
             clock=clock,
             cursors=self._cursors,
+            history=self.history,
             benign_patterns=config.defaults.benign_patterns,
             traceback_hold_seconds=config.defaults.traceback_hold_seconds,
         )
@@ -203,6 +210,8 @@ class Daemon:
                 loop.add_signal_handler(signum, self._stop.set)
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signal.SIGHUP, self._reload.set)
+        units = await asyncio.to_thread(self.history.load)
+        _log.debug("startup_history_loaded", directory=str(self.history.directory), units=units)
         self.monitor.publish()
         self.http = serve_http(self.config, lambda: self.monitor.latest, self.status)
         _log.info(
@@ -226,6 +235,7 @@ class Daemon:
             await self._stop_hosts(list(self._runners))
             # waits for a periodic flush the cancellation left writing in its thread
             written = await self._cursors.flush()
+            await self.history.flush()
             if self.http is not None:
                 await asyncio.to_thread(self.http.shutdown)
             _log.info("daemon_stopped", cursors_saved=written)
@@ -254,6 +264,7 @@ class Daemon:
         while True:
             await asyncio.sleep(interval)
             await self._cursors.flush()
+            await self.history.flush()
 
     # --- hosts ---------------------------------------------------------------------------
 

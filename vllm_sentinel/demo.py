@@ -8,21 +8,28 @@ accelerated, in a loop:
   start, systemd restarts it, the second start loads for nine minutes and becomes ready;
 * ``vllm-qwen-14b.service`` — the KV cache is too small for max_model_len; the restart works;
 * ``vllm-llama-405b.service`` — shard loading stops printing at 33 %: the stall rule fires.
+  Its earlier starts (``LLAMA_HISTORY``) are in the startup history from the beginning, so its
+  ETA counts down while the shards come, it turns slower than usual as the load outlasts its
+  usual duration, then stalled.
 
 The readiness probe runs for real (``probe.HealthProber`` over TCP) against a stand-in for each
 unit's vLLM ``/health`` on 127.0.0.1 (``FakeHealthEndpoints``): 503 until the unit's logs say
 ready, then 200 — except Qwen's, whose engine "dies" a little after it became ready: its
 ``/health`` answers 503 again while its logs still say ready, and the unit turns ``unhealthy``.
 
-Each record's time is moved to "now" (scaled by the speed-up), invocation ids are renewed on
-every loop, and the records go through ``JournalJsonDecoder`` into the Monitor's queue exactly
-like a followed journal. A synthetic GPU sample per loaded unit makes the memory panels move.
+Each record's time is moved to "now" (scaled by the speed-up), and so are the times a tqdm bar
+prints (``[elapsed<remaining``), so that vLLM's own remaining time matches the demo's clock;
+invocation ids are renewed on every loop, and the records go through ``JournalJsonDecoder``
+into the Monitor's queue exactly like a followed journal. Each start that becomes ready joins
+its unit's history (in memory), so the next loop's starts have an ETA from history too. A
+synthetic GPU sample per loaded unit makes the memory panels move.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -34,6 +41,7 @@ import orjson
 
 from vllm_sentinel.exporter import SentinelCollector, make_registry
 from vllm_sentinel.health import ProbePolicy, ProbeSettings
+from vllm_sentinel.history import HistoryStore
 from vllm_sentinel.http import make_app, start_http_server
 from vllm_sentinel.journal import JournalBatch
 from vllm_sentinel.journal_json import JournalJsonDecoder
@@ -41,15 +49,24 @@ from vllm_sentinel.monitor import GpuSample, HostPlan, Monitor, Tick
 from vllm_sentinel.phases import Outcome, Phase
 from vllm_sentinel.probe import HealthProber
 from vllm_sentinel.report import status_document
-from vllm_sentinel.snapshot import CollectorState, GpuDevice, GpuProcess, GpuReading, Snapshot
+from vllm_sentinel.snapshot import (
+    CollectorState,
+    GpuDevice,
+    GpuProcess,
+    GpuReading,
+    Snapshot,
+    StartupRecord,
+)
 from vllm_sentinel.transport import LocalTransport
 
 __all__ = [
     "DEMO_HOST",
     "INCIDENTS",
+    "LLAMA_HISTORY",
     "DemoIncident",
     "FakeHealthEndpoints",
     "demo_gpu_sample",
+    "demo_history",
     "play_incident",
     "run_demo",
 ]
@@ -77,6 +94,49 @@ INCIDENTS: tuple[DemoIncident, ...] = (
 )
 
 
+LLAMA_HISTORY: tuple[Mapping[Phase, float], ...] = (
+    MappingProxyType(
+        {
+            Phase.STARTING: 4.0,
+            Phase.INITIALIZING: 26.0,
+            Phase.LOADING_WEIGHTS: 570.0,
+            Phase.COMPILING: 95.0,
+            Phase.PROFILING_KV_CACHE: 22.0,
+            Phase.CAPTURING_CUDA_GRAPHS: 48.0,
+            Phase.STARTING_API_SERVER: 9.0,
+        }
+    ),
+    MappingProxyType(
+        {
+            Phase.STARTING: 5.0,
+            Phase.INITIALIZING: 25.0,
+            Phase.LOADING_WEIGHTS: 600.0,
+            Phase.COMPILING: 90.0,
+            Phase.PROFILING_KV_CACHE: 20.0,
+            Phase.CAPTURING_CUDA_GRAPHS: 50.0,
+            Phase.STARTING_API_SERVER: 10.0,
+        }
+    ),
+    MappingProxyType(
+        {
+            Phase.STARTING: 4.0,
+            Phase.INITIALIZING: 27.0,
+            Phase.LOADING_WEIGHTS: 630.0,
+            Phase.COMPILING: 100.0,
+            Phase.PROFILING_KV_CACHE: 21.0,
+            Phase.CAPTURING_CUDA_GRAPHS: 52.0,
+            Phase.STARTING_API_SERVER: 11.0,
+        }
+    ),
+)
+"""Three earlier starts of the Llama unit, in the incident's own seconds (before the speed-up):
+about ten minutes of loading each. The stalled start is slower (30 s a shard) before it stops."""
+
+_LLAMA_MODEL = "meta-llama/Llama-3.1-405B-Instruct-FP8"
+_TQDM_TIMES = re.compile(r"\[(\d+(?::\d\d){1,2})<(\d+(?::\d\d){1,2})")
+_SLOW_FLOOR_SECONDS = 2.0  # the slow rule's floor in real seconds at speed 1 (the default is 60)
+
+
 def _load(name: str) -> list[dict[str, object]]:
     text = resources.files("vllm_sentinel").joinpath("incidents", name).read_bytes()
     return [orjson.loads(line) for line in text.splitlines() if line.strip()]
@@ -84,6 +144,46 @@ def _load(name: str) -> list[dict[str, object]]:
 
 def _renew(invocation: object, loop: int) -> str:
     return hashlib.md5(f"{invocation}:{loop}".encode(), usedforsecurity=False).hexdigest()
+
+
+def _interval(text: str, speed: float) -> str:
+    seconds = 0
+    for part in text.split(":"):
+        seconds = seconds * 60 + int(part)
+    minutes, secs = divmod(round(seconds / speed), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes:02d}:{secs:02d}"
+
+
+def _scale_bar(message: str, speed: float) -> str:
+    """A tqdm bar's ``[elapsed<remaining`` divided by the speed-up, like the record times."""
+    return _TQDM_TIMES.sub(
+        lambda found: f"[{_interval(found[1], speed)}<{_interval(found[2], speed)}", message
+    )
+
+
+def demo_history(now: datetime, speed: float) -> HistoryStore:
+    """The demo's startup history (in memory): ``LLAMA_HISTORY`` at ``speed``, days ago."""
+    store = HistoryStore(None)
+    unit = next(item for item in INCIDENTS if item.file.startswith("llama"))
+    scale = unit.speed * speed
+    for days, phases in enumerate(LLAMA_HISTORY, 1):
+        started = now - timedelta(days=len(LLAMA_HISTORY) + 1 - days)
+        seconds = {phase: value / scale for phase, value in phases.items()}
+        store.add(
+            DEMO_HOST,
+            unit.unit,
+            StartupRecord(
+                started_at=started,
+                ready_at=started + timedelta(seconds=sum(seconds.values())),
+                phase_seconds=seconds,
+                invocation_id=_renew(unit.unit, -days),
+                model=_LLAMA_MODEL,
+                vllm_version="0.11.0",
+                tensor_parallel_size=4,
+            ),
+        )
+    return store
 
 
 async def play_incident(
@@ -119,6 +219,8 @@ async def play_incident(
             rewritten.pop("__CURSOR", None)
             record = decoder.decode_entry(rewritten)
             if record is not None:
+                if "<" in record.message:
+                    record = record._replace(message=_scale_bar(record.message, incident.speed))
                 await emit(JournalBatch(DEMO_HOST, (record,), None))
         await sleep(incident.pause_seconds)
         await _stop_unit(incident, entries, loop, decoder, emit, clock)
@@ -323,7 +425,8 @@ async def run_demo(
     Args:
         listen_host, listen_port: where to serve ``/metrics`` and ``/status`` (port 0: any).
         speed: extra speed-up on top of each incident's own; the demo's stall thresholds
-            (10 s of real time for ``loading_weights`` at speed 1) shrink by the same factor.
+            (10 s of real time for ``loading_weights`` at speed 1), its slow rule's floor
+            (2 s) and the Llama unit's history shrink by the same factor.
         duration_seconds: stop after this long (``None``: until cancelled).
         announce: where the "curl this" lines go.
 
@@ -349,18 +452,15 @@ async def run_demo(
         probing,
         tuple((unit, replace(probing, port=port)) for unit, port in endpoints.ports.items()),
     )
-    monitor = Monitor(
-        [
-            HostPlan(
-                DEMO_HOST,
-                ("vllm-*.service",),
-                _scaled(_DEMO_THRESHOLDS, speed),
-                256 << 20,
-                policy,
-            )
-        ],
-        settle_seconds=5.0,
+    plan = HostPlan(
+        DEMO_HOST,
+        ("vllm-*.service",),
+        _scaled(_DEMO_THRESHOLDS, speed),
+        256 << 20,
+        policy,
+        slow_floor_seconds=_SLOW_FLOOR_SECONDS / speed,
     )
+    monitor = Monitor([plan], settle_seconds=5.0, history=demo_history(datetime.now(UTC), speed))
     up = CollectorState(True, datetime.now(UTC), "", 0)
     monitor.register_collector(DEMO_HOST, "journal", lambda: up)
     monitor.register_collector(DEMO_HOST, "gpu", lambda: up)
@@ -377,7 +477,10 @@ async def run_demo(
         raise
     url = f"http://{server.host}:{server.port}"
     announce(f"vllm-sentinel demo: playing {len(INCIDENTS)} real-shaped incidents on {DEMO_HOST}")
-    wanted = r"^vllm_sentinel_unit_(phase\{.*\} 1|crashes_total\{.*\} [1-9]|stalled\{)"
+    wanted = (
+        r"^vllm_sentinel_unit_(phase\{.*\} 1|crashes_total\{.*\} [1-9]|stalled\{|"
+        r"slow\{.*\} 1|startup_eta_seconds)"
+    )
     announce(f"  page:    {url}/   (open it in a browser: hosts, units, crashes with fixes)")
     announce(f"  metrics: curl -s {url}/metrics | grep -E '{wanted}'")
     announce(f"  status:  curl -s {url}/status   (or: vllm-sentinel status --url {url})")

@@ -7,7 +7,8 @@ the stretch between two version banners. ``Incarnation`` is the tracker's mutabl
 * **Phases only move forward** (``phases.is_forward``), and so does the timeline's time: a line
   from the past enters its phase at the time of the timeline's last entry (``not_before``).
 * **Figures** a marker line carries (shards loaded, GiB, seconds, tokens) are read into the
-  incarnation by a table, ``FIGURES``, keyed by the marker's event.
+  incarnation by a table, ``FIGURES``, keyed by the marker's event; a tqdm bar's reading (items
+  done, the remaining time it prints) by ``read_progress_bar``.
 
 Ending an incarnation (``close``) is the phase side of a crash or a stop; deciding *that* it
 crashed, and why, is ``crash.CrashBook``'s.
@@ -17,13 +18,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from types import MappingProxyType
 
 from vllm_sentinel.causes import Evidence
 from vllm_sentinel.markers import Event
 from vllm_sentinel.phases import STARTUP_PHASES, Outcome, Phase, is_forward
-from vllm_sentinel.snapshot import CrashInfo, IncarnationSnapshot, PhaseEntry, Progress
+from vllm_sentinel.snapshot import (
+    CrashInfo,
+    IncarnationSnapshot,
+    PhaseEntry,
+    Progress,
+    ProgressBar,
+)
 
 __all__ = [
     "BENIGN_LINES_KEPT",
@@ -34,7 +41,9 @@ __all__ = [
     "not_before",
     "parse_float",
     "parse_int",
+    "parse_interval",
     "read_figures",
+    "read_progress_bar",
 ]
 
 BENIGN_LINES_KEPT = 5
@@ -111,6 +120,12 @@ class Incarnation:
     cuda_graph_bytes: int | None = None
     cuda_graph_capture_seconds: float | None = None
     engine_init_seconds: float | None = None
+    start_seen: bool = False  # systemd's Starting/Started or vLLM's banner was read
+    bar: ProgressBar | None = None  # the last tqdm bar (shards, CUDA graphs)
+    bar_origin: datetime | None = None  # when that bar started, by tqdm's own clock
+    weights_progress_first_at: datetime | None = None  # first reading of the shard bar
+    weights_progress_first_loaded: int | None = None
+    weights_progress_at: datetime | None = None  # when the shard count last grew
 
     @property
     def ended(self) -> bool:
@@ -223,7 +238,12 @@ class Incarnation:
                 cuda_graph_bytes=self.cuda_graph_bytes,
                 cuda_graph_capture_seconds=self.cuda_graph_capture_seconds,
                 engine_init_seconds=self.engine_init_seconds,
+                bar=self.bar,
+                weights_progress_first_at=self.weights_progress_first_at,
+                weights_progress_first_loaded=self.weights_progress_first_loaded,
+                weights_progress_at=self.weights_progress_at,
             ),
+            start_seen=self.start_seen,
         )
 
 
@@ -253,6 +273,21 @@ def parse_int(text: str | None) -> int | None:
         return int(text.replace(",", "")) if text is not None else None
     except ValueError:
         return None
+
+
+_MAX_INTERVAL_SECONDS = 10**8  # about three years: longer is not a startup's bar
+
+
+def parse_interval(text: str | None) -> float | None:
+    """tqdm's ``MM:SS`` or ``H:MM:SS`` as seconds, or ``None`` (``?``, malformed, absurd)."""
+    if not text or len(text) > 16:
+        return None
+    seconds = 0
+    for part in text.split(":"):
+        if not part.isdigit():
+            return None
+        seconds = seconds * 60 + int(part)
+    return float(seconds) if seconds <= _MAX_INTERVAL_SECONDS else None
 
 
 def _gib_bytes(text: str | None) -> int | None:
@@ -315,3 +350,55 @@ def read_figures(incarnation: Incarnation, event: Event, groups: Mapping[str, st
             incarnation.weights_load_seconds = seconds
         if incarnation.shards_total:
             incarnation.shards_loaded = incarnation.shards_total
+
+
+def _shifted(time: datetime | None, seconds: float | None) -> datetime | None:
+    """``time`` moved by ``seconds`` (``time`` itself without seconds; ``None`` past year 9999
+    or before year 1)."""
+    if time is None or seconds is None:
+        return time if seconds is None else None
+    try:
+        return time + timedelta(seconds=seconds)
+    except OverflowError:
+        return None
+
+
+def read_progress_bar(
+    incarnation: Incarnation,
+    event: Event,
+    phase: Phase,
+    groups: Mapping[str, str | None],
+    time: datetime | None,
+) -> None:
+    """Keep the reading of a tqdm bar of ``phase`` (``n``/``total``, ``elapsed``, ``remaining``).
+
+    A bar whose phase or total changes, or whose count goes back, is a new bar (prefetching,
+    then loading; two CUDA graph bars). The reading is timed by the later of the line's time
+    and tqdm's own clock (the bar's start plus its ``elapsed``): in a pasted log a bar's lines
+    carry no time of their own, only that of the last header line before them. For the shard
+    bar (``WEIGHTS_PROGRESS``), its first reading and when its count last grew are kept too,
+    from which ``eta`` measures the shard rate.
+    """
+    done, total = parse_int(groups.get("n")), parse_int(groups.get("total"))
+    elapsed = parse_interval(groups.get("elapsed"))
+    previous = incarnation.bar
+    new_bar = (
+        previous is None
+        or previous.phase is not phase
+        or previous.total != total
+        or (previous.done or 0) > (done or 0)
+    )
+    if new_bar or incarnation.bar_origin is None:
+        incarnation.bar_origin = _shifted(time, -elapsed if elapsed is not None else None)
+    at = time
+    by_tqdm = _shifted(incarnation.bar_origin, elapsed)
+    if by_tqdm is not None and (at is None or by_tqdm > at):
+        at = by_tqdm
+    if event is Event.WEIGHTS_PROGRESS and done is not None and total:
+        if new_bar:
+            incarnation.weights_progress_first_at = at
+            incarnation.weights_progress_first_loaded = done
+            incarnation.weights_progress_at = at
+        elif previous is not None and done > (previous.done or 0):
+            incarnation.weights_progress_at = at
+    incarnation.bar = ProgressBar(phase, at, done, total, parse_interval(groups.get("remaining")))

@@ -15,7 +15,8 @@ Named groups are the numbers and names a line carries: ``ver`` (vLLM version), `
 ``tp`` (tensor-parallel size), ``n``/``total`` (progress), ``gib`` (GiB), ``s`` (seconds),
 ``tokens`` (KV cache tokens, thousands separators allowed), ``workers`` (worker processes),
 ``world`` (distributed world size), ``url`` (where the API server listens: ``http://HOST:PORT``
-or ``unix:/path``).
+or ``unix:/path``), ``elapsed`` and ``remaining`` (the time a tqdm bar has run and says is
+left, ``MM:SS`` or ``H:MM:SS``).
 """
 
 from __future__ import annotations
@@ -108,6 +109,11 @@ class Marker:
 _UVICORN = frozenset({LineKind.UVICORN, LineKind.RAW})
 _LOGGED = frozenset({LineKind.VLLM, LineKind.JSON})  # logo lines: through vLLM's logger
 _TAG = r"(?:\[\w+\] )?"  # 0.32+ compile lines may start with "[encoder] " (backends.py)
+# tqdm's "[elapsed<remaining, rate]" after a bar's counts (format_interval: MM:SS or H:MM:SS;
+# "?" before the first rate): the time vLLM's own bar has run and says is left.
+_TQDM_REMAINING = (
+    r"(?: \[(?P<elapsed>\d+(?::\d\d){1,2})<(?:(?P<remaining>\d+(?::\d\d){1,2})|\?)[,\]])?"
+)
 
 _P = Phase
 _E = Event
@@ -306,7 +312,8 @@ MARKERS: tuple[Marker, ...] = (
         r"^(?:Loading (?:safetensors|pt|np_cache) checkpoint shards(?: \(eager\))?|"
         r"Multi-thread loading (?:pt checkpoint )?shards|"
         r"Loading safetensors using (?:Runai Model Streamer|Fastsafetensor loader|"
-        r"InstantTensor loader)):\s+(?P<pct>\d{1,3})% Completed \| (?P<n>\d+)/(?P<total>\d+)",
+        r"InstantTensor loader)):\s+(?P<pct>\d{1,3})% Completed \| (?P<n>\d+)/(?P<total>\d+)"
+        + _TQDM_REMAINING,
         "0.5.5–0.33.0 (tqdm bar)",
         "vllm/model_executor/model_loader/weight_utils.py",
     ),
@@ -461,7 +468,8 @@ MARKERS: tuple[Marker, ...] = (
     Marker(
         _E.GRAPH_CAPTURE_PROGRESS,
         _P.CAPTURING_CUDA_GRAPHS,
-        r"^Capturing (?:eagle )?CUDA graph(?:s| shapes)(?: \([^)]*\))?:\s+\d{1,3}%",
+        r"^Capturing (?:eagle )?CUDA graph(?:s| shapes)(?: \([^)]*\))?:\s+\d{1,3}%"
+        r"(?:\|[^|]*\| (?P<n>\d+)/(?P<total>\d+)" + _TQDM_REMAINING + ")?",
         "0.6.6.post1–0.33.0 (tqdm bar)",
         "vllm/worker/model_runner.py, "
         "vllm/v1/worker/gpu_model_runner.py, v1/worker/gpu/cudagraph_utils.py",

@@ -30,8 +30,9 @@ from enum import StrEnum
 
 from vllm_sentinel import __version__
 from vllm_sentinel.causes import CrashCause
+from vllm_sentinel.history import HISTORY_SKIP_REASON
 from vllm_sentinel.journal_json import SKIP_REASONS
-from vllm_sentinel.phases import PHASE_ORDER
+from vllm_sentinel.phases import PHASE_ORDER, STARTUP_PHASES
 from vllm_sentinel.snapshot import HostSnapshot, IncarnationSnapshot, Snapshot, UnitSnapshot
 
 __all__ = [
@@ -93,7 +94,8 @@ def bound_label(value: str | None, limit: int = LABEL_VALUE_LIMIT) -> str:
 _PHASE_VALUES = tuple((phase, phase.value) for phase in PHASE_ORDER)
 # pending is what last_crash_info says before a crash settles; it is never counted
 _CAUSE_VALUES = tuple((c, c.value) for c in CrashCause if c is not CrashCause.PENDING)
-_SKIP_REASONS = frozenset(SKIP_REASONS)
+_SKIP_REASONS = frozenset(SKIP_REASONS) | {HISTORY_SKIP_REASON}
+_STARTUP_VALUES = tuple((phase, phase.value) for phase in STARTUP_PHASES)
 
 
 def _seconds(value: datetime) -> float:
@@ -270,6 +272,31 @@ def _unit_unhealthy(snapshot: Snapshot) -> Iterator[Sample]:
     for host, unit in _units(snapshot):
         health = unit.health
         yield (host, unit.unit), 1.0 if health is not None and health.unhealthy else 0.0
+
+
+def _unit_slow(snapshot: Snapshot) -> Iterator[Sample]:
+    for host, unit, current in _currents(snapshot):
+        name, slow = unit.unit, current.phase if unit.slow else None
+        for phase, value in _STARTUP_VALUES:
+            yield (host, name, value), 1.0 if phase is slow else 0.0
+
+
+def _unit_phase_usual(snapshot: Snapshot) -> Iterator[Sample]:
+    for host, unit in _units(snapshot):
+        if unit.usual_phase_seconds is not None:
+            yield (host, unit.unit), unit.usual_phase_seconds
+
+
+def _unit_startup_eta(snapshot: Snapshot) -> Iterator[Sample]:
+    for host, unit in _units(snapshot):
+        if unit.eta_seconds is not None and unit.eta_basis is not None:
+            yield (host, unit.unit, unit.eta_basis.value), unit.eta_seconds
+
+
+def _unit_expected_ready(snapshot: Snapshot) -> Iterator[Sample]:
+    for host, unit in _units(snapshot):
+        if unit.expected_ready_at is not None and unit.eta_basis is not None:
+            yield (host, unit.unit, unit.eta_basis.value), _seconds(unit.expected_ready_at)
 
 
 def _is_journal_up(host: HostSnapshot) -> bool:
@@ -497,6 +524,38 @@ METRICS: tuple[MetricDefinition, ...] = (
         _unit_unhealthy,
     ),
     MetricDefinition(
+        "vllm_sentinel_unit_slow",
+        _G,
+        "1 for the startup phase the unit is slower than usual in (past slow_factor times its "
+        "usual duration for this unit and model, and slow_floor_seconds over it; never while "
+        "stalled), 0 for every other startup phase.",
+        (*_HU, "phase"),
+        _unit_slow,
+    ),
+    MetricDefinition(
+        "vllm_sentinel_unit_phase_usual_seconds",
+        _G,
+        "Usual seconds of the current startup phase for this unit and model: the median of its "
+        "recent starts that passed it (absent without history).",
+        _HU,
+        _unit_phase_usual,
+    ),
+    MetricDefinition(
+        "vllm_sentinel_unit_startup_eta_seconds",
+        _G,
+        "Estimated seconds until the starting unit is ready, by basis: vllm (its progress bars), "
+        "history (its recent starts) or both (absent without a basis, or while stalled).",
+        (*_HU, "basis"),
+        _unit_startup_eta,
+    ),
+    MetricDefinition(
+        "vllm_sentinel_unit_expected_ready_timestamp_seconds",
+        _G,
+        "When the starting unit is expected to be ready: snapshot time plus the startup ETA.",
+        (*_HU, "basis"),
+        _unit_expected_ready,
+    ),
+    MetricDefinition(
         "vllm_sentinel_unit_state_known",
         _G,
         "1 when the host's journal collector is up, 0 when the phase shown is the last known.",
@@ -555,8 +614,8 @@ METRICS: tuple[MetricDefinition, ...] = (
     MetricDefinition(
         "vllm_sentinel_records_skipped_total",
         _C,
-        "Records of the host that could not be read, by reason: journal entries, and GPU "
-        "data (gpu_line_*, gpu_device_*, gpu_processes_*).",
+        "Records of the host that could not be read, by reason: journal entries, GPU "
+        "data (gpu_line_*, gpu_device_*, gpu_processes_*) and startup history files.",
         ("host", "reason"),
         _records_skipped,
     ),

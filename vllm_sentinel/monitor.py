@@ -6,6 +6,12 @@ ticks to settle crashes — and publishes a frozen ``Snapshot`` as ``latest``. N
 mutates trackers; the exporter and ``/status`` read ``latest`` only. ``apply`` is synchronous so
 tests call it directly.
 
+When it publishes, the Monitor adds every incarnation that reached ``ready`` to the unit's
+startup history (``HistoryStore``; the backfill's too, each start once) and judges each starting
+unit at "now": stalled (``stall.is_stalled``), slow against its usual phase duration for this
+model (``stall.is_slow``), and its ETA to ready (``eta.estimate_ready``, withheld while stalled
+or backfilling).
+
 Publishing happens when the queue is empty, or at least every ``publish_interval_seconds``
 while it stays busy, so a phase marker reaches ``/metrics`` within milliseconds without a
 snapshot per record.
@@ -24,6 +30,7 @@ import structlog
 from vllm_sentinel.attribution import attribute_processes, place_processes
 from vllm_sentinel.causes import DEFAULT_BENIGN_PATTERNS, BenignMatcher
 from vllm_sentinel.cursors import CursorStore
+from vllm_sentinel.eta import estimate_ready, same_model, startup_record, usual_phase_seconds
 from vllm_sentinel.health import (
     HealthProbeResult,
     HealthTracker,
@@ -33,6 +40,7 @@ from vllm_sentinel.health import (
     with_probe_readiness,
 )
 from vllm_sentinel.hints import HintContext, hint_for
+from vllm_sentinel.history import HistoryStore
 from vllm_sentinel.journal import JournalBatch
 from vllm_sentinel.markers import MarkerMatcher
 from vllm_sentinel.phases import STARTUP_PHASES, Outcome, Phase
@@ -47,7 +55,14 @@ from vllm_sentinel.snapshot import (
     Snapshot,
     UnitSnapshot,
 )
-from vllm_sentinel.stall import DEFAULT_STALL_THRESHOLDS, GpuGrowth, is_stalled
+from vllm_sentinel.stall import (
+    DEFAULT_SLOW_FACTOR,
+    DEFAULT_SLOW_FLOOR_SECONDS,
+    DEFAULT_STALL_THRESHOLDS,
+    GpuGrowth,
+    is_slow,
+    is_stalled,
+)
 from vllm_sentinel.tracker import TrackerSet, UnitTracker
 
 __all__ = ["GpuDown", "GpuSample", "HostPlan", "Monitor", "Tick"]
@@ -98,6 +113,8 @@ class HostPlan:
     )
     stall_min_growth_bytes: int = 256 << 20
     probe_policy: ProbePolicy = field(default_factory=ProbePolicy)
+    slow_factor: float = DEFAULT_SLOW_FACTOR
+    slow_floor_seconds: float = DEFAULT_SLOW_FLOOR_SECONDS
 
 
 @dataclass(slots=True)
@@ -129,6 +146,7 @@ class Monitor:
         hosts: the configured hosts.
         clock: wall clock (UTC), for "now" in snapshots and stall checks.
         cursors: where applied cursors are marked (``None``: not kept).
+        history: the units' startup history (``None``: kept in memory only).
         benign_patterns: ERROR lines known not to be fatal.
         max_incarnations: incarnations kept per unit.
         settle_seconds: delay before a crash is counted with its cause.
@@ -143,6 +161,7 @@ class Monitor:
         *,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         cursors: CursorStore | None = None,
+        history: HistoryStore | None = None,
         benign_patterns: Sequence[str] = DEFAULT_BENIGN_PATTERNS,
         max_incarnations: int = 8,
         settle_seconds: float = 30.0,
@@ -151,6 +170,7 @@ class Monitor:
     ) -> None:
         self._clock = clock
         self._cursors = cursors
+        self.history = history if history is not None else HistoryStore(None)
         self._matcher = MarkerMatcher()
         self._benign = BenignMatcher(benign_patterns)
         self._max_incarnations = max_incarnations
@@ -163,6 +183,8 @@ class Monitor:
         self._counted: dict[tuple[str, str], int] = {}
         self._stalled: dict[tuple[str, str], str | None] = {}  # invocation id while stalled
         self._unhealthy: set[tuple[str, str]] = set()
+        self._slow: dict[tuple[str, str], str | None] = {}  # invocation id while slow
+        self._ready_seen: dict[tuple[str, str], set[_Ident]] = {}  # recorded in the history
         self.applied_records_total = 0
         for plan in hosts:
             self._hosts[plan.name] = self._new_host(plan)
@@ -213,11 +235,14 @@ class Monitor:
             host.published = None
             host.decorated.clear()
         known = (*self._previous, *self._counted, *self._stalled, *self._unhealthy)
+        known = (*self._previous, *self._counted, *self._stalled, *self._slow, *self._ready_seen)
         for key in [key for key in known if not self._keeps(*key)]:
             self._previous.pop(key, None)
             self._counted.pop(key, None)
             self._stalled.pop(key, None)
             self._unhealthy.discard(key)
+            self._slow.pop(key, None)
+            self._ready_seen.pop(key, None)
 
     def _keeps(self, host: str, unit: str) -> bool:
         entry = self._hosts.get(host)
@@ -366,8 +391,9 @@ class Monitor:
                         continue
                     cached = host.decorated.get(tracker.unit)
                     if cached is not None and cached[0] is unit:  # this unit did not move
-                        decorated = self._restalled(host, cached[1], now)
+                        decorated = self._judged(host, cached[1], now)
                     else:
+                        self._record_starts(name, unit)
                         decorated = self._decorate(host, unit, now)
                     host.decorated[tracker.unit] = (unit, decorated)
                     units.append(decorated)
@@ -382,7 +408,7 @@ class Monitor:
                 host.published = self._restall(host, published, now)
                 if host.published is not published:
                     rebuilt.add(name)
-            skipped: dict[str, int] = {}
+            skipped: dict[str, int] = dict(self.history.skipped(name))
             for counts in host.skipped.values():
                 for reason, value in counts().items():
                     skipped[reason] = skipped.get(reason, 0) + value
@@ -410,28 +436,59 @@ class Monitor:
         self.latest = snapshot
         return snapshot
 
-    @classmethod
     def _restall(
-        cls, host: _Host, units: tuple[UnitSnapshot, ...], now: datetime
+        self, host: _Host, units: tuple[UnitSnapshot, ...], now: datetime
     ) -> tuple[UnitSnapshot, ...]:
-        """Published units with ``stalled`` re-evaluated at ``now`` (as ``_decorate`` does)."""
-        fresh = tuple(cls._restalled(host, unit, now) for unit in units)
+        """Published units judged again at ``now`` (as ``_decorate`` does)."""
+        fresh = tuple(self._judged(host, unit, now) for unit in units)
         return units if all(a is b for a, b in zip(fresh, units, strict=True)) else fresh
 
-    @staticmethod
-    def _restalled(host: _Host, unit: UnitSnapshot, now: datetime) -> UnitSnapshot:
-        """A decorated unit with ``stalled`` re-evaluated at ``now`` (the same object if equal)."""
+    def _judged(self, host: _Host, unit: UnitSnapshot, now: datetime) -> UnitSnapshot:
+        """A decorated unit with its stall flag, slow flag and ETA evaluated at ``now`` (the
+        same object when nothing changed).
+
+        Not while the host is backfilling: old log times against "now" would look stuck.
+        """
         current = unit.current
-        if current is None or current.outcome is not Outcome.RUNNING:
+        if current is None or current.outcome is not Outcome.RUNNING or host.backfilling:
             return unit
+        plan = host.plan
         stalled = is_stalled(
             current.phase,
             current.phase_entered_at,
             unit.last_progress_at,
             now,
-            host.plan.stall_thresholds,
+            plan.stall_thresholds,
         )
-        return unit if stalled == unit.stalled else replace(unit, stalled=stalled)
+        records = self.history.records(plan.name, unit.unit)
+        usual = usual_phase_seconds(same_model(records, current.model), current.phase)
+        slow = not stalled and is_slow(
+            current.phase,
+            current.phase_entered_at,
+            usual,
+            now,
+            plan.slow_factor,
+            plan.slow_floor_seconds,
+        )
+        estimate = None if stalled else estimate_ready(current, records, now)
+        eta = estimate.eta_seconds if estimate is not None else None
+        if (
+            stalled == unit.stalled
+            and slow == unit.slow
+            and usual == unit.usual_phase_seconds
+            and eta == unit.eta_seconds
+            and (estimate is None or estimate.basis is unit.eta_basis)
+        ):
+            return unit
+        return replace(
+            unit,
+            stalled=stalled,
+            slow=slow,
+            usual_phase_seconds=usual,
+            eta_seconds=eta,
+            expected_ready_at=estimate.expected_ready_at if estimate is not None else None,
+            eta_basis=estimate.basis if estimate is not None else None,
+        )
 
     def _decorate(self, host: _Host, unit: UnitSnapshot, now: datetime) -> UnitSnapshot:
         """The tracker's unit with GPU memory, the stall verdict and the probes' health."""
@@ -446,7 +503,18 @@ class Monitor:
         ):
             return with_probe_readiness(decorated, None)
         threshold = host.plan.probe_policy.for_unit(unit.unit).unhealthy_after_seconds
-        return with_probe_readiness(decorated, health.snapshot(now, threshold))
+        probed = with_probe_readiness(decorated, health.snapshot(now, threshold))
+        if probed.ready_source == "health_probe" and (probed.slow or probed.eta_basis):
+            # ready by its /health while the logs lag: no longer starting, nothing to estimate
+            probed = replace(
+                probed,
+                slow=False,
+                usual_phase_seconds=None,
+                eta_seconds=None,
+                expected_ready_at=None,
+                eta_basis=None,
+            )
+        return probed
 
     def _decorate_gpu(self, host: _Host, unit: UnitSnapshot, now: datetime) -> UnitSnapshot:
         growth = host.growth.get(unit.unit)
@@ -456,17 +524,24 @@ class Monitor:
             gpu_memory_used_bytes=dict(gpu_bytes),
             last_gpu_growth_at=growth.last_growth_at if growth else None,
         )
-        current = decorated.current
-        if current is None or current.outcome is not Outcome.RUNNING or host.backfilling:
-            return decorated  # while backfilling, old log times against "now" would look stuck
-        stalled = is_stalled(
-            current.phase,
-            current.phase_entered_at,
-            decorated.last_progress_at,
-            now,
-            host.plan.stall_thresholds,
-        )
-        return replace(decorated, stalled=stalled)
+        return self._judged(host, decorated, now)
+
+    def _record_starts(self, host: str, unit: UnitSnapshot) -> None:
+        """Add the unit's incarnations that reached ready to its startup history, once."""
+        key = (host, unit.unit)
+        seen = self._ready_seen.get(key, set())
+        ready: set[_Ident] = set()
+        for incarnation in unit.incarnations:
+            if incarnation.furthest_phase is not Phase.READY:
+                continue
+            ident = (incarnation.id, incarnation.started_at)
+            ready.add(ident)
+            if ident in seen:
+                continue
+            record = startup_record(incarnation)
+            if record is not None:
+                self.history.add(host, unit.unit, record)
+        self._ready_seen[key] = ready
 
     def _log_changes(self, snapshot: Snapshot, rebuilt: set[str] | None = None) -> None:
         for host in snapshot.hosts:
@@ -501,6 +576,7 @@ class Monitor:
                     continue
                 self._log_stall(host.host, unit, current)
                 self._log_health(host.host, unit, current)
+                self._log_slow(host.host, unit, current)
                 self._log_phases(host.host, unit, current)
 
     def _log_phases(self, host: str, unit: UnitSnapshot, current: IncarnationSnapshot) -> None:
@@ -595,6 +671,34 @@ class Monitor:
                 host=host,
                 unit=unit.unit,
                 invocation_id=stalled_id,
+                phase=current.phase.value,
+                outcome=current.outcome.value,
+            )
+
+    def _log_slow(self, host: str, unit: UnitSnapshot, current: IncarnationSnapshot) -> None:
+        """One event when a unit becomes slower than usual, one when that ends."""
+        key = (host, unit.unit)
+        was = key in self._slow
+        if unit.slow == was:
+            return
+        if unit.slow:
+            self._slow[key] = current.id
+            _log.warning(
+                "unit_slow",
+                host=host,
+                unit=unit.unit,
+                invocation_id=current.id,
+                phase=current.phase.value,
+                phase_entered_at=iso_utc(current.phase_entered_at),
+                usual_phase_seconds=unit.usual_phase_seconds,
+            )
+        else:
+            slow_id = self._slow.pop(key)
+            _log.info(
+                "unit_slow_cleared",
+                host=host,
+                unit=unit.unit,
+                invocation_id=slow_id,
                 phase=current.phase.value,
                 outcome=current.outcome.value,
             )

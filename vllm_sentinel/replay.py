@@ -2,23 +2,36 @@
 
 The command-line edge opens the files; this module only sees iterables of byte chunks, so
 tests and benchmarks drive it directly.
+
+At the end of input each unit is judged as the daemon would at the time of its last record:
+its startup history is the incarnations of the same input that reached ready, against which
+a current start gets its usual phase duration, the slow flag and its ETA (``eta``, ``stall``).
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from vllm_sentinel.causes import DEFAULT_BENIGN_PATTERNS, BenignMatcher
+from vllm_sentinel.eta import (
+    estimate_ready,
+    remember,
+    same_model,
+    startup_record,
+    usual_phase_seconds,
+)
 from vllm_sentinel.journal_json import JournalJsonDecoder
 from vllm_sentinel.markers import MarkerMatcher
-from vllm_sentinel.snapshot import UnitSnapshot
+from vllm_sentinel.phases import Outcome
+from vllm_sentinel.snapshot import StartupRecord, UnitSnapshot
+from vllm_sentinel.stall import is_slow
 from vllm_sentinel.text_log import TextLogDecoder
 from vllm_sentinel.tracker import TrackerSet, UnitTracker
 
-__all__ = ["InputFormat", "ReplayResult", "detect_format", "replay"]
+__all__ = ["InputFormat", "ReplayResult", "detect_format", "judge_at_end", "replay"]
 
 
 class InputFormat(StrEnum):
@@ -51,6 +64,37 @@ def detect_format(head: bytes) -> InputFormat:
     return InputFormat.TEXT
 
 
+def judge_at_end(unit: UnitSnapshot) -> UnitSnapshot:
+    """``unit`` with its usual phase duration, slow flag and ETA at its last record's time.
+
+    The history is the unit's earlier incarnations that reached ready; only a current start
+    that is still running is judged (stalls need wall-clock time, so replay does not judge
+    them).
+    """
+    current = unit.current
+    now = current.last_record_at if current is not None else None
+    if current is None or now is None or current.outcome is not Outcome.RUNNING:
+        return unit
+    records: tuple[StartupRecord, ...] = ()
+    for item in unit.incarnations[:-1]:
+        record = startup_record(item)
+        if record is not None:
+            records = remember(records, record) or records
+    usual = usual_phase_seconds(same_model(records, current.model), current.phase)
+    slow = is_slow(current.phase, current.phase_entered_at, usual, now)
+    estimate = estimate_ready(current, records, now)
+    if estimate is None and usual is None:
+        return unit
+    return replace(
+        unit,
+        slow=slow,
+        usual_phase_seconds=usual,
+        eta_seconds=estimate.eta_seconds if estimate is not None else None,
+        expected_ready_at=estimate.expected_ready_at if estimate is not None else None,
+        eta_basis=estimate.basis if estimate is not None else None,
+    )
+
+
 def replay(
     inputs: Iterable[Iterable[bytes]],
     *,
@@ -74,8 +118,9 @@ def replay(
         benign_patterns: regexes of ERROR lines known not to be fatal.
 
     Returns:
-        The snapshots (at the end of input: pending crashes confirmed, all crashes settled),
-        without units in which no line looked like vLLM's or systemd's.
+        The snapshots (at the end of input: pending crashes confirmed, all crashes settled;
+        a start still running judged by ``judge_at_end``), without units in which no line
+        looked like vLLM's or systemd's.
     """
     matcher = MarkerMatcher()
     benign = BenignMatcher(benign_patterns)
@@ -122,6 +167,6 @@ def replay(
     for tracker in trackers:
         tracker.finish()
         if tracker.recognized_lines:
-            units.append(tracker.snapshot())
+            units.append(judge_at_end(tracker.snapshot()))
     units.sort(key=lambda snapshot: (snapshot.host or "", snapshot.unit))
     return ReplayResult(tuple(units), skipped, repaired, lines)

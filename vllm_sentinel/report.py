@@ -13,13 +13,22 @@ JSON shape (stable; extra keys may be added, none removed)::
         "pids": [int], "benign_errors": int,
         "benign_lines": [{"line": str, "why": str}],
         "vllm_version": str|null, "model": str|null, "tensor_parallel_size": int|null,
-        "progress": {...}}],
+        "progress": {...},
+        "startup": null | {"seconds": float, "usual_seconds": float|null,
+                           "compared_starts": int, "same_model": bool,
+                           "phases": [{"phase": str, "seconds": float,
+                                       "usual_seconds": float|null}]}}],
       "starts_total": int, "crashes_total": {cause: int}, "benign_errors_total": int,
       "last_crash": null | {...as "crash"},
+      "stalled": bool, "slow": bool, "usual_phase_seconds": float|null,
+      "eta_seconds": float|null, "expected_ready_at": iso8601|null, "eta_basis": str|null,
       "starts_last_24h": int, "crashes_last_24h": int, "last_24h_capped": bool}]}
 
 (the ``*_last_24h`` keys when a reference time is given: ``/status`` has them, ``replay`` not).
 Crash hints come from ``hints.hint_for``; ``/status`` gives them the host's GPU processes.
+``startup`` is there for an incarnation that reached ready with its start seen: its phase
+durations against the median of the earlier such incarnations of the unit in the same
+document (``eta.compare_startup``: the same model's, else any model's).
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
+from vllm_sentinel.eta import StartupComparison, compare_startup, remember, startup_record
 from vllm_sentinel.hints import HintContext, explain_benign, hint_for
 from vllm_sentinel.phases import Outcome, Phase
 from vllm_sentinel.snapshot import (
@@ -35,6 +45,7 @@ from vllm_sentinel.snapshot import (
     CrashInfo,
     IncarnationSnapshot,
     Snapshot,
+    StartupRecord,
     UnitSnapshot,
 )
 from vllm_sentinel.tracker import RECENT_EVENTS_KEPT
@@ -44,6 +55,7 @@ __all__ = [
     "iso_utc",
     "render_status",
     "render_text",
+    "startup_comparisons",
     "status_document",
     "to_json",
     "unit_to_json",
@@ -73,7 +85,43 @@ def _crash(crash: CrashInfo | None, context: HintContext | None = None) -> dict[
     }
 
 
-def _incarnation(item: IncarnationSnapshot, context: HintContext | None) -> dict[str, Any]:
+def startup_comparisons(
+    incarnations: Iterable[IncarnationSnapshot],
+) -> list[StartupComparison | None]:
+    """For each incarnation, its start against the earlier ready ones (``None``: not ready, or
+    its start not seen)."""
+    earlier: tuple[StartupRecord, ...] = ()
+    out: list[StartupComparison | None] = []
+    for item in incarnations:
+        record = startup_record(item)
+        if record is None:
+            out.append(None)
+            continue
+        out.append(compare_startup(record, earlier))
+        earlier = remember(earlier, record) or earlier
+    return out
+
+
+def _comparison(comparison: StartupComparison | None) -> dict[str, Any] | None:
+    if comparison is None:
+        return None
+    return {
+        "seconds": comparison.startup_seconds,
+        "usual_seconds": comparison.usual_startup_seconds,
+        "compared_starts": comparison.compared_starts,
+        "same_model": comparison.same_model,
+        "phases": [
+            {"phase": row.phase.value, "seconds": row.seconds, "usual_seconds": row.usual_seconds}
+            for row in comparison.phases
+        ],
+    }
+
+
+def _incarnation(
+    item: IncarnationSnapshot,
+    context: HintContext | None,
+    comparison: StartupComparison | None = None,
+) -> dict[str, Any]:
     progress = item.progress
     return {
         "id": item.id,
@@ -106,6 +154,7 @@ def _incarnation(item: IncarnationSnapshot, context: HintContext | None) -> dict
             "cuda_graph_capture_seconds": progress.cuda_graph_capture_seconds,
             "engine_init_seconds": progress.engine_init_seconds,
         },
+        "startup": _comparison(comparison),
     }
 
 
@@ -122,7 +171,12 @@ def unit_to_json(
     document = {
         "unit": unit.unit,
         "host": unit.host,
-        "incarnations": [_incarnation(item, context) for item in unit.incarnations],
+        "incarnations": [
+            _incarnation(item, context, comparison)
+            for item, comparison in zip(
+                unit.incarnations, startup_comparisons(unit.incarnations), strict=True
+            )
+        ],
         "starts_total": unit.starts_total,
         "crashes_total": {
             cause.value: count for cause, count in sorted(unit.crashes_total.items())
@@ -135,6 +189,11 @@ def unit_to_json(
         },
         "startup_duration_seconds": unit.startup_duration_seconds,
         "last_crash": _crash(unit.last_crash, context),
+        "slow": unit.slow,
+        "usual_phase_seconds": unit.usual_phase_seconds,
+        "eta_seconds": unit.eta_seconds,
+        "expected_ready_at": iso_utc(unit.expected_ready_at),
+        "eta_basis": unit.eta_basis.value if unit.eta_basis is not None else None,
     }
     if now is not None:
         since = now - _DAY
@@ -170,8 +229,14 @@ def _clock(value: datetime | None) -> str:
     return value.strftime("%Y-%m-%d %H:%M:%S") if value is not None else "?"
 
 
-def verdict(item: IncarnationSnapshot, now: datetime | None = None) -> str:
-    """One sentence on an incarnation: what it is doing or how it ended."""
+def verdict(
+    item: IncarnationSnapshot, now: datetime | None = None, usual_seconds: float | None = None
+) -> str:
+    """One sentence on an incarnation: what it is doing or how it ended.
+
+    ``usual_seconds``, given for a start that is slower than usual, names the usual duration
+    of its current phase.
+    """
     if item.outcome is Outcome.CRASHED and item.crash is not None:
         crash = item.crash
         what = f"{crash.exception}: {crash.message}" if crash.exception else crash.message
@@ -190,16 +255,53 @@ def verdict(item: IncarnationSnapshot, now: datetime | None = None) -> str:
         return f"stopping{since}"
     ratio = item.progress.weights_loaded_ratio
     extra = f", weights {ratio:.0%} loaded" if item.phase is Phase.LOADING_WEIGHTS and ratio else ""
+    if usual_seconds is not None:
+        extra += f", slower than usual ({format_duration(usual_seconds)})"
     return f"still starting: {item.phase.value}{since}{extra} (log ends here)"
 
 
+def _startup_line(comparison: StartupComparison) -> str:
+    took = format_duration(comparison.startup_seconds)
+    if not comparison.compared_starts:
+        return f"    startup {took}: no earlier start in this input to compare with"
+    whose = "of this model" if comparison.same_model else "of any model"
+    starts = "start" if comparison.compared_starts == 1 else "starts"
+    usual = format_duration(comparison.usual_startup_seconds)
+    return (
+        f"    startup {took} against a usual {usual} (median of {comparison.compared_starts} "
+        f"earlier {starts} {whose})"
+    )
+
+
+def _eta_line(unit: UnitSnapshot) -> str | None:
+    if unit.eta_seconds is None or unit.eta_basis is None:
+        return None
+    when = f" at {_clock(unit.expected_ready_at)}" if unit.expected_ready_at else ""
+    return (
+        f"    eta: ready in about {format_duration(unit.eta_seconds)}{when}, as the log ends "
+        f"(basis {unit.eta_basis.value})"
+    )
+
+
 def render_text(units: Iterable[UnitSnapshot], now: datetime | None = None) -> str:
-    """The human timeline: per unit, each incarnation's phases, durations and verdict."""
+    """The human timeline: per unit, each incarnation's phases, durations and verdict.
+
+    An incarnation that reached ready shows each phase's usual duration (the median of the
+    earlier ready ones in the input) and its startup against the usual; the current one, when
+    still starting, its ETA if there is a basis.
+    """
     out: list[str] = []
     for unit in units:
         where = f" on {unit.host}" if unit.host else ""
         out.append(f"unit {unit.unit}{where}: {len(unit.incarnations)} incarnation(s)")
-        for number, item in enumerate(unit.incarnations, 1):
+        comparisons = startup_comparisons(unit.incarnations)
+        pairs = zip(unit.incarnations, comparisons, strict=True)
+        for number, (item, comparison) in enumerate(pairs, 1):
+            usual = (
+                {row.phase: row.usual_seconds for row in comparison.phases}
+                if comparison is not None and comparison.compared_starts
+                else {}
+            )
             ident = f" {item.id}" if item.id else ""
             facts = [
                 fact
@@ -220,9 +322,14 @@ def render_text(units: Iterable[UnitSnapshot], now: datetime | None = None) -> s
                 took = ""
                 if entry.entered_at is not None and following is not None:
                     took = format_duration((following - entry.entered_at).total_seconds())
+                typical = usual.get(entry.phase)
+                if typical is not None and took:
+                    took = f"{took:<9} usual {format_duration(typical)}"
                 out.append(
                     f"    {_clock(entry.entered_at)}  {entry.phase.value:<22} {took}".rstrip()
                 )
+            if comparison is not None:
+                out.append(_startup_line(comparison))
             if item.benign_errors:
                 out.append(f"    benign errors: {item.benign_errors} (discounted, not a cause)")
                 for line in item.benign_lines:
@@ -230,7 +337,12 @@ def render_text(units: Iterable[UnitSnapshot], now: datetime | None = None) -> s
                     out.append(f"        why: {explain_benign(line)}")
                 if item.benign_errors > len(item.benign_lines):
                     out.append(f"      … and {item.benign_errors - len(item.benign_lines)} more")
-            out.append(f"    verdict: {verdict(item, now)}")
+            current = item is unit.current
+            slow = unit.usual_phase_seconds if current and unit.slow else None
+            out.append(f"    verdict: {verdict(item, now, slow)}")
+            eta = _eta_line(unit) if current else None
+            if eta is not None:
+                out.append(eta)
             if item.crash is not None:
                 hint = hint_for(item.crash)
                 out.append(f"    hint: {hint.text} (see {hint.runbook})")
@@ -289,6 +401,11 @@ def _shorten(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1].rstrip() + "…"
 
 
+def _eta_cell(unit: Mapping[str, Any]) -> str:
+    seconds = unit.get("eta_seconds")
+    return format_duration(float(seconds)) if isinstance(seconds, int | float) else "-"
+
+
 def render_status(document: Mapping[str, Any]) -> str:
     """A table of a ``/status`` document: collectors per host, then one line per unit."""
     out = [f"vllm-sentinel at {document.get('at')}"]
@@ -298,7 +415,10 @@ def render_status(document: Mapping[str, Any]) -> str:
             for name, state in host.get("collectors", {}).items()
         )
         out.append(f"host {host.get('host')}: {collectors or 'no collectors'}")
-    header = f"{'HOST':<16} {'UNIT':<32} {'PHASE':<22} {'OUTCOME':<8} {'STALLED':<7} LAST CRASH"
+    header = (
+        f"{'HOST':<16} {'UNIT':<32} {'PHASE':<22} {'OUTCOME':<8} {'STALLED':<7} {'SLOW':<4} "
+        f"{'ETA':<8} LAST CRASH"
+    )
     out.append(header)
     for unit in document.get("units", []):
         incarnations = unit.get("incarnations") or [{}]
@@ -314,7 +434,8 @@ def render_status(document: Mapping[str, Any]) -> str:
         out.append(
             f"{unit.get('host') or '-':<16} {unit.get('unit'):<32} "
             f"{phases[-1].get('phase', '?'):<22} {current.get('outcome', '?'):<8} "
-            f"{'yes' if unit.get('stalled') else 'no':<7} {crash}"
+            f"{'yes' if unit.get('stalled') else 'no':<7} {'yes' if unit.get('slow') else 'no':<4} "
+            f"{_eta_cell(unit):<8} {crash}"
         )
         hint = (last or {}).get("hint") or {}
         if hint.get("text"):

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from enum import StrEnum
 
 from vllm_sentinel.causes import CrashCause
 from vllm_sentinel.phases import Outcome, Phase
@@ -17,6 +18,7 @@ from vllm_sentinel.phases import Outcome, Phase
 __all__ = [
     "CollectorState",
     "CrashInfo",
+    "EtaBasis",
     "GpuDevice",
     "GpuProcess",
     "GpuProcessUsage",
@@ -25,7 +27,9 @@ __all__ = [
     "IncarnationSnapshot",
     "PhaseEntry",
     "Progress",
+    "ProgressBar",
     "Snapshot",
+    "StartupRecord",
     "UnitHealth",
     "UnitSnapshot",
 ]
@@ -61,8 +65,42 @@ class CrashInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class ProgressBar:
+    """The last tqdm progress bar an incarnation printed: shard loading or CUDA graph capture.
+
+    vLLM draws these bars with tqdm (``model_executor/model_loader/weight_utils.py``,
+    ``v1/worker/gpu_model_runner.py``, 0.5.5–0.33.0); each refresh ends in
+    ``[elapsed<remaining, rate]``. ``remaining_seconds`` is tqdm's own estimate at ``at``
+    (``None`` while tqdm prints ``?``).
+
+    Attributes:
+        phase: the phase the bar belongs to (``loading_weights``, ``capturing_cuda_graphs``).
+        at: log time of the refresh.
+        done: items done (shards, graph shapes), if printed.
+        total: items in total, if printed.
+        remaining_seconds: the time tqdm says is left for this bar.
+    """
+
+    phase: Phase
+    at: datetime | None
+    done: int | None = None
+    total: int | None = None
+    remaining_seconds: float | None = None
+
+    @property
+    def is_complete(self) -> bool:
+        """True once the bar shows every item done."""
+        return self.total is not None and self.done is not None and self.done >= self.total
+
+
+@dataclass(frozen=True, slots=True)
 class Progress:
-    """Figures read from the startup lines (``None`` until the line is seen)."""
+    """Figures read from the startup lines (``None`` until the line is seen).
+
+    ``weights_progress_first_at`` / ``weights_progress_first_loaded`` are the first reading of
+    the current shard-loading bar and ``weights_progress_at`` when its count last grew: the
+    shard rate measured from them does not depend on tqdm's own estimate.
+    """
 
     weights_shards_loaded: int | None = None
     weights_shards_total: int | None = None
@@ -74,6 +112,10 @@ class Progress:
     cuda_graph_bytes: int | None = None
     cuda_graph_capture_seconds: float | None = None
     engine_init_seconds: float | None = None
+    bar: ProgressBar | None = None
+    weights_progress_first_at: datetime | None = None
+    weights_progress_first_loaded: int | None = None
+    weights_progress_at: datetime | None = None
 
     @property
     def weights_loaded_ratio(self) -> float | None:
@@ -85,7 +127,12 @@ class Progress:
 
 @dataclass(frozen=True, slots=True)
 class IncarnationSnapshot:
-    """One run of the unit's main process (a systemd invocation, or a restart in text logs)."""
+    """One run of the unit's main process (a systemd invocation, or a restart in text logs).
+
+    ``start_seen`` is True when the log showed the process start (systemd's ``Starting``/
+    ``Started`` or vLLM's version banner), not only lines from its middle: only such an
+    incarnation's phase durations are whole.
+    """
 
     id: str | None
     started_at: datetime | None
@@ -106,11 +153,46 @@ class IncarnationSnapshot:
     progress: Progress = field(default_factory=Progress)
     api_url: str | None = None  # where its API server listens, from its logs (health.py)
     benign_lines: tuple[str, ...] = ()  # the first few ERROR lines matched as benign (bodies)
+    start_seen: bool = False
 
     @property
     def phase_entered_at(self) -> datetime | None:
         """When the current phase began."""
         return self.phases[-1].entered_at if self.phases else self.started_at
+
+
+class EtaBasis(StrEnum):
+    """What a startup ETA rests on (the ``basis`` label value)."""
+
+    VLLM = "vllm"  # vLLM's own progress: tqdm's remaining time, or the measured shard rate
+    HISTORY = "history"  # the unit's recent starts (same model, else any model)
+    BOTH = "both"  # vLLM's progress for the current phase, history for the phases to come
+
+
+@dataclass(frozen=True, slots=True)
+class StartupRecord:
+    """How one incarnation that reached ``ready`` started: the unit's startup history.
+
+    Attributes:
+        started_at: when it started (log time, UTC).
+        ready_at: when it became ready.
+        phase_seconds: seconds each startup phase it passed took (phases it skipped are absent).
+        invocation_id: its systemd invocation id, if known (with ``started_at``, the identity).
+        model, vllm_version, tensor_parallel_size: what it ran, if known.
+    """
+
+    started_at: datetime
+    ready_at: datetime
+    phase_seconds: Mapping[Phase, float]
+    invocation_id: str | None = None
+    model: str | None = None
+    vllm_version: str | None = None
+    tensor_parallel_size: int | None = None
+
+    @property
+    def startup_seconds(self) -> float:
+        """Seconds from start to ready."""
+        return max(0.0, (self.ready_at - self.started_at).total_seconds())
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +253,16 @@ class UnitSnapshot:
         recent_starts: log times of the latest incarnation starts, oldest first (at most
             ``tracker.RECENT_EVENTS_KEPT``; history included, unlike ``starts_total``).
         recent_crashes: log times of the latest settled crashes, oldest first (same bound).
+        slow: the current startup phase has lasted longer than the slow rule allows against
+            its usual duration for this unit and model (``stall.is_slow``); never together
+            with ``stalled`` (daemon, replay).
+        usual_phase_seconds: the usual duration of the current startup phase for this unit
+            and model (median of recent starts that passed it), ``None`` without history.
+        eta_seconds: estimated seconds until ready at snapshot time (``eta.estimate_ready``);
+            ``None`` when there is no basis (never a made-up number), when the unit is not
+            starting, or while it is stalled.
+        expected_ready_at: snapshot time plus ``eta_seconds``.
+        eta_basis: what the estimate rests on (``vllm``, ``history``, ``both``).
     """
 
     host: str | None
@@ -191,6 +283,11 @@ class UnitSnapshot:
     ready_source: str | None = None
     recent_starts: tuple[datetime, ...] = ()
     recent_crashes: tuple[datetime, ...] = ()
+    slow: bool = False
+    usual_phase_seconds: float | None = None
+    eta_seconds: float | None = None
+    expected_ready_at: datetime | None = None
+    eta_basis: EtaBasis | None = None
 
     @property
     def current(self) -> IncarnationSnapshot | None:

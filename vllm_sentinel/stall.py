@@ -1,10 +1,16 @@
-"""The stall rule: slow is not stuck (core: pure).
+"""The stall rule and the slow rule: slow is not stuck (core: pure).
 
 During startup (``starting`` … ``starting_api_server``) a unit is **stalled** when, for longer
 than the current phase's threshold, its incarnation logged nothing but heartbeats **and** its
 GPU memory grew by less than ``min_growth_bytes``. A nine-minute weight load that prints a
 shard every 30 s, or that fills GPU memory without printing, is progressing; one that does
-neither is stuck. Any progress clears the flag.
+neither is stuck. Any progress clears the flag. The thresholds are fixed per phase: they need
+no history.
+
+A unit is **slow** when its current startup phase has lasted longer than ``factor`` times the
+phase's usual duration for this unit and model (``eta.usual_phase_seconds``), and at least
+``floor_seconds`` longer than it: still moving, but later than it should be. Without history
+there is no usual duration and nothing is slow; the stall thresholds still apply.
 """
 
 from __future__ import annotations
@@ -16,7 +22,21 @@ from types import MappingProxyType
 
 from vllm_sentinel.phases import STARTUP_PHASES, Phase
 
-__all__ = ["DEFAULT_STALL_THRESHOLDS", "GpuGrowth", "is_stalled"]
+__all__ = [
+    "DEFAULT_SLOW_FACTOR",
+    "DEFAULT_SLOW_FLOOR_SECONDS",
+    "DEFAULT_STALL_THRESHOLDS",
+    "GpuGrowth",
+    "is_slow",
+    "is_stalled",
+]
+
+DEFAULT_SLOW_FACTOR = 1.5
+"""A phase is slow past this many times its usual duration (``slow_factor``)."""
+
+DEFAULT_SLOW_FLOOR_SECONDS = 60.0
+"""... and at least this many seconds past it (``slow_floor_seconds``): a phase that usually
+takes 4 s is not slow at 7 s."""
 
 DEFAULT_STALL_THRESHOLDS: Mapping[Phase, float] = MappingProxyType(
     {
@@ -67,6 +87,35 @@ def is_stalled(
     if reference is None:
         return False
     return (now - reference).total_seconds() > threshold
+
+
+def is_slow(
+    phase: Phase,
+    phase_entered_at: datetime | None,
+    usual_seconds: float | None,
+    now: datetime,
+    factor: float = DEFAULT_SLOW_FACTOR,
+    floor_seconds: float = DEFAULT_SLOW_FLOOR_SECONDS,
+) -> bool:
+    """Apply the slow rule.
+
+    Args:
+        phase: the current phase of the current incarnation.
+        phase_entered_at: when it began (UTC).
+        usual_seconds: the phase's usual duration for this unit and model, ``None`` without
+            history.
+        now: the time of the check (UTC).
+        factor: how many times the usual duration a phase may take.
+        floor_seconds: how many seconds over the usual duration a phase may always take.
+
+    Returns:
+        True when the unit is in a startup phase with a usual duration, and has been in it for
+        more than ``max(factor × usual, usual + floor_seconds)``.
+    """
+    if phase not in _STARTUP or usual_seconds is None or phase_entered_at is None:
+        return False
+    limit = max(factor * usual_seconds, usual_seconds + floor_seconds)
+    return (now - phase_entered_at).total_seconds() > limit
 
 
 @dataclass(slots=True)

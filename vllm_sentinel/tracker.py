@@ -49,6 +49,7 @@ from vllm_sentinel.incarnation import (
     Incarnation,
     parse_int,
     read_figures,
+    read_progress_bar,
 )
 from vllm_sentinel.incarnations import Incarnations
 from vllm_sentinel.line_clock import LineClock
@@ -88,6 +89,7 @@ _PLAIN_EVENTS = frozenset(Event) - {
     Event.SHUTDOWN,
     Event.SHUTDOWN_COMPLETE,
 }
+_BAR_EVENTS = frozenset({Event.WEIGHTS_PROGRESS, Event.GRAPH_CAPTURE_PROGRESS})  # tqdm bars
 _MANAGER_IDENTS = frozenset({"systemd", "kernel"})
 _LOW_LEVELS: Mapping[str, str] = MappingProxyType(
     {level: level.lower() for level in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")}
@@ -432,6 +434,7 @@ class UnitTracker:
                     if current is not None and current.pristine
                     else self._incs.start(None, time)
                 )
+            incarnation.start_seen = True
             if incarnation.started_at is None or (
                 time is not None and incarnation.pristine and time < incarnation.started_at
             ):
@@ -528,6 +531,8 @@ class UnitTracker:
             return  # a marker of the phase the incarnation is in (access lines, routes): no-op
         if groups:
             read_figures(incarnation, event, groups)
+            if event in _BAR_EVENTS and marker.phase is not None:
+                read_progress_bar(incarnation, event, marker.phase, groups, time)
         if (
             event is Event.ENGINE_INIT or event is Event.SERVER_CONFIG
         ) and incarnation.tensor_parallel_size is None:
@@ -568,6 +573,7 @@ class UnitTracker:
             return
         if event is Event.PROCESS_STARTED:
             incarnation.has_banner = True
+            incarnation.start_seen = True
         if event is Event.SHUTDOWN:
             if not incarnation.ended:
                 incarnation.stop_requested = True

@@ -15,11 +15,16 @@ The incident, on two hosts (each a local host of the daemon reading its own jour
   loads for nine minutes and becomes ready (``tests/support/make_incident.py``, moved to end a
   few seconds ago);
 * ``llm-three`` / ``vllm-llama-405b.service`` (no GPU collection, ``loading_weights`` stall
-  threshold 3 s): starts, loads a third of its shards, then falls silent — stalled.
+  threshold 3 s): starts, loads a third of its shards, then falls silent — stalled;
+* ``llm-three`` / ``vllm-qwen-32b.service``: a start three hours ago became ready (compiling
+  took 60 s): the backfill records it in the startup history. The current start has been
+  compiling for over three minutes, more than 1.5 times the usual 60 s and a minute more: slower
+  than usual, still moving, with an ETA from that history.
 
 Then, through Prometheus' HTTP API: every dashboard and rule expression answers with data (and
-no metric or label it names is missing), ``VllmCrashed`` and ``VllmLoadingStalled`` fire for the
-right unit and cause, and Alertmanager delivers both to the webhook.
+no metric or label it names is missing), ``VllmCrashed``, ``VllmLoadingStalled`` and
+``VllmStartupSlowerThanUsual`` fire for the right unit and cause or phase, and Alertmanager
+delivers them to the webhook.
 """
 
 from __future__ import annotations
@@ -82,6 +87,13 @@ B_MODEL = "/shared/llama-3.1-405b-instruct-fp8"
 B_SHARDS, B_SHARDS_LOADED = 109, 36
 B_BOOT_ID = "0d6f2a9c81e34b57a9c0e1f2d3b4a596"
 STALL_THRESHOLD_SECONDS = 3
+UNIT_C = "vllm-qwen-32b.service"
+C_MODEL = "Qwen/Qwen3-32B"
+INVOCATION_X = "7e1f0a3c5b2d4e6f8a9b0c1d2e3f4a5b"  # C's start that became ready, 3 h ago
+INVOCATION_W = "9d8c7b6a5f4e3d2c1b0a9f8e7d6c5b4a"  # C's current start, slow in compiling
+C_PID = 52100
+C_COMPILING_FOR = 190.0  # seconds; the usual compile is 60 s, slow past max(90, 60 + 60)
+C_AFTER_COMPILE = 10.0 + 20.0 + 5.0  # the ready start's phases after compiling
 
 CAUSE_A = "dependency_mismatch"
 GIB_IN_MIB = 1024
@@ -330,6 +342,60 @@ def _llama_start(at: datetime) -> list[Entry]:
     ]
 
 
+def _qwen_starts(now: datetime) -> list[Entry]:
+    """Unit C: a start 3 h ago that became ready, and one compiling for C_COMPILING_FOR s."""
+    out: list[Entry] = []
+
+    def start(invocation: str, began: datetime, steps: list[tuple[float, str]]) -> None:
+        out.append(
+            manager_line(
+                UNIT_C,
+                invocation,
+                f"Started {UNIT_C} - vLLM Qwen3 32B.",
+                MESSAGE_ID_STARTED,
+                to_realtime_us(began),
+                hostname=HOST_B,
+                boot_id=B_BOOT_ID,
+            )
+        )
+        for offset, text in steps:
+            at = began + timedelta(seconds=offset)
+            line = _header("EngineCore_DP0", C_PID, "INFO", at, "x.py:1", text)
+            if text.startswith("INFO:"):
+                line = f"(APIServer pid={C_PID}) {text}"
+            out.append(
+                service_line(
+                    UNIT_C,
+                    invocation,
+                    C_PID,
+                    line,
+                    to_realtime_us(at),
+                    "vllm",
+                    hostname=HOST_B,
+                    boot_id=B_BOOT_ID,
+                )
+            )
+
+    begin = [
+        (5.0, f"Initializing a V1 LLM engine (v0.17.1) with config: model='{C_MODEL}'"),
+        (10.0, f"Starting to load model {C_MODEL}..."),
+        (40.0, "Dynamo bytecode transform time: 6.12 s"),
+    ]
+    start(
+        INVOCATION_X,
+        now - timedelta(hours=3),
+        [
+            *begin,
+            (100.0, "Available KV cache memory: 20.5 GiB"),
+            (110.0, "Graph capturing finished in 20 secs, took 0.61 GiB"),
+            (130.0, "Starting vLLM API server 0 on http://0.0.0.0:8000"),
+            (135.0, "INFO:     Application startup complete."),
+        ],
+    )
+    start(INVOCATION_W, now - timedelta(seconds=40 + C_COMPILING_FOR), begin)
+    return out
+
+
 def _llama_load_then_silence(at: datetime) -> list[Entry]:
     """Unit B loads a third of its shards, then prints nothing more: the stall.
 
@@ -500,6 +566,13 @@ def _check_quiet(prometheus: Prometheus) -> None:
         == []
     )
     assert prometheus.vector('max_over_time(ALERTS{alertname="VllmCrashLooping"}[10m])') == []
+    # C is slower than usual, and the fallback alert leaves it to VllmStartupSlowerThanUsual
+    assert (
+        prometheus.vector(
+            f'max_over_time(ALERTS{{alertname="VllmStartupSlow",unit="{UNIT_C}"}}[10m])'
+        )
+        == []
+    )
 
 
 # --- alert helpers ---------------------------------------------------------------------------
@@ -575,9 +648,10 @@ async def test_incident_through_prometheus_and_alertmanager(
         _gpu_state(gpu_state, Z_WORKERS)
         writer_a.write_and_flush(serving)
         b_started = now - timedelta(seconds=1)
-        writer_b.write_and_flush(_llama_start(b_started))
+        qwen = _qwen_starts(now)
+        writer_b.write_and_flush(_llama_start(b_started) + qwen)
         writer_a.wait_until_readable(len(serving))
-        writer_b.wait_until_readable(3)
+        writer_b.wait_until_readable(3 + len(qwen))
 
         config = _config(
             prometheus.daemon_port, tmp_path / "state", writer_a.path.parent, writer_b.path.parent
@@ -620,6 +694,11 @@ async def test_incident_through_prometheus_and_alertmanager(
                 within=ALERT_DEADLINE,
                 what="VllmLoadingStalled firing for B",
             )
+            slower = await poll_async(
+                lambda: _firing(prometheus, "VllmStartupSlowerThanUsual", unit=UNIT_C),
+                within=ALERT_DEADLINE,
+                what="VllmStartupSlowerThanUsual firing for C",
+            )
 
             # the alerts, as Prometheus evaluated them
             (crash,) = crashed
@@ -646,6 +725,21 @@ async def test_incident_through_prometheus_and_alertmanager(
                 "severity": "critical",
             }
             assert "loading_weights" in stall["annotations"]["summary"]
+            (slow,) = slower
+            assert {key: slow["labels"].get(key) for key in ("host", "unit", "phase")} == {
+                "host": HOST_B,
+                "unit": UNIT_C,
+                "phase": "compiling",
+            }
+            assert (
+                "against a usual 1m 0s for this unit and model"
+                in (slow["annotations"]["description"])
+            )
+            assert "Expected ready at" in slow["annotations"]["description"]
+            # C's ETA through Prometheus: the history's later phases (compile overran)
+            (eta,) = prometheus.vector(f'vllm_sentinel_unit_startup_eta_seconds{{unit="{UNIT_C}"}}')
+            assert eta["metric"]["basis"] == "history"
+            assert float(eta["value"][1]) == pytest.approx(C_AFTER_COMPILE)
 
             # every expression has data; the close cases stay quiet (blocking HTTP: a thread)
             assert await asyncio.to_thread(_expression_problems, prometheus) == []
@@ -657,9 +751,10 @@ async def test_incident_through_prometheus_and_alertmanager(
                 lambda alerts: (
                     _delivered(alerts, "VllmCrashed", host=HOST_A, unit=UNIT_A, cause=CAUSE_A)
                     and _delivered(alerts, "VllmLoadingStalled", host=HOST_B, unit=UNIT_B)
+                    and _delivered(alerts, "VllmStartupSlowerThanUsual", host=HOST_B, unit=UNIT_C)
                 ),
                 DELIVERY_DEADLINE,
-                "VllmCrashed and VllmLoadingStalled",
+                "VllmCrashed, VllmLoadingStalled and VllmStartupSlowerThanUsual",
             )
             assert _delivered(
                 delivered, "VllmCrashed", exception="RuntimeError", severity="warning"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import signal
@@ -284,14 +285,25 @@ class TestStatus:
         assert "http://" in err
 
 
-def _watch_demo(url: str) -> tuple[set[str], set[str], bool]:
-    """Poll /metrics until the demo showed phases moving, both crash causes and a stall."""
+LLAMA = "vllm-llama-405b.service"
+
+
+def _watch_demo(url: str) -> tuple[set[str], set[str], bool, list[float], bool]:
+    """Poll /metrics until the demo showed phases moving, both crash causes, a stall, the
+    Llama unit's ETA going down and its slow flag."""
     phases: set[str] = set()
     causes: set[str] = set()
-    stalled = False
+    stalled = slow = False
+    etas: list[float] = []  # the Llama unit's ETAs, in the order seen
     deadline = time.monotonic() + 50
     wanted = {"dependency_mismatch", "kv_cache_insufficient"}
-    while time.monotonic() < deadline and not (causes >= wanted and stalled and len(phases) >= 3):
+
+    def counting_down() -> bool:
+        return any(later < earlier for earlier, later in itertools.pairwise(etas))
+
+    while time.monotonic() < deadline and not (
+        causes >= wanted and stalled and len(phases) >= 3 and slow and counting_down()
+    ):
         try:
             with urllib.request.urlopen(url + "/metrics", timeout=5) as response:
                 samples = parse_metrics(response.read().decode())
@@ -306,23 +318,28 @@ def _watch_demo(url: str) -> tuple[set[str], set[str], bool]:
             for (name, labels), v in samples.items()
             if name == "vllm_sentinel_unit_crashes_total" and v > 0
         }
-        stalled = (
-            stalled
-            or value(samples, "vllm_sentinel_unit_stalled", unit="vllm-llama-405b.service") == 1
+        stalled = stalled or value(samples, "vllm_sentinel_unit_stalled", unit=LLAMA) == 1
+        slow = (
+            slow
+            or value(samples, "vllm_sentinel_unit_slow", unit=LLAMA, phase="loading_weights") == 1
         )
+        eta = value(samples, "vllm_sentinel_unit_startup_eta_seconds", unit=LLAMA, basis="both")
+        if eta is not None:
+            etas.append(eta)
         time.sleep(0.2)
-    return phases, causes, stalled
+    return phases, causes, stalled, etas, slow
 
 
 @pytest.mark.integration
 def test_demo_shows_phases_moving_and_crash_causes() -> None:
-    """``vllm-sentinel demo``: /metrics shows the phase moving and the crash causes; status works."""
+    """``vllm-sentinel demo``: /metrics shows the phase moving, the crash causes, a stall, an ETA
+    counting down and a slow start; status works."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     command = [*CLI, "demo", "--listen", f"127.0.0.1:{port}", "--speed", "6", "--duration", "60"]
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as demo:
         try:
-            phases, causes, stalled = _watch_demo(url)
+            phases, causes, stalled, etas, slow = _watch_demo(url)
             status = subprocess.run(
                 [*CLI, "status", "--url", url], capture_output=True, timeout=30, check=False
             )
@@ -334,6 +351,10 @@ def test_demo_shows_phases_moving_and_crash_causes() -> None:
     assert {"loading_weights", "crashed"} <= phases, phases
     assert causes >= {"dependency_mismatch", "kv_cache_insufficient"}
     assert stalled
+    # the Llama unit's history gives an ETA (vLLM's bar for the shards, history for the rest)
+    # that counts down while it loads, and it turns slower than usual before it stalls
+    assert etas and min(etas) < max(etas), etas
+    assert slow
     assert status.returncode == 0
     assert "vllm-kimi-k25.service" in status.stdout.decode()
     assert b"curl -s" in out

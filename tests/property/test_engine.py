@@ -498,5 +498,6 @@ class TestSkipsAreExported:
             "line_too_long": 1,
             "invalid_field": 1,
             "message_null": 0,  # every reason is exported, 0 until counted
+            "history_file_corrupt": 0,
         }
         assert monitor.latest.hosts[0].units[0].current is not None

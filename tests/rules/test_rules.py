@@ -47,6 +47,7 @@ class TestAlertDefinitions:
         assert names == {
             "VllmLoadingStalled",
             "VllmStartupSlow",
+            "VllmStartupSlowerThanUsual",
             "VllmCrashed",
             "VllmCrashLooping",
             "VllmNotReady",
@@ -108,6 +109,7 @@ class TestAlertDefinitions:
         assert "$labels.cause" in by_name["VllmCrashed"]["annotations"]["summary"]
         assert "$labels.phase" in by_name["VllmLoadingStalled"]["annotations"]["summary"]
         assert "$labels.phase" in by_name["VllmStartupSlow"]["annotations"]["summary"]
+        assert "$labels.phase" in by_name["VllmStartupSlowerThanUsual"]["annotations"]["summary"]
 
     def test_every_alert_is_unit_tested_both_ways(self) -> None:
         """Each alert has a promtool case where it fires and one where it must not."""

@@ -1,8 +1,9 @@
 """Hand-built snapshots for exporter, HTTP and golden tests.
 
 ``basic_snapshot()`` is one scrape's worth of state at a fixed time, chosen to exercise every
-metric family: host ``gpu-a`` has a unit that crashed once and is now loading weights, a unit
-that is ready (its ``/health`` probe answering), and a unit with no records yet; host ``gpu-b`` has its journal collector down.
+metric family: host ``gpu-a`` has a unit that crashed once and is now loading weights (slower
+than usual, with an ETA), a unit that is ready (its ``/health`` probe answering), and a unit with
+no records yet; host ``gpu-b`` has its journal collector down.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from vllm_sentinel.phases import Outcome, Phase
 from vllm_sentinel.snapshot import (
     CollectorState,
     CrashInfo,
+    EtaBasis,
     GpuDevice,
     HostSnapshot,
     IncarnationSnapshot,
@@ -134,6 +136,11 @@ def _crashed_then_loading() -> UnitSnapshot:
         gpu_memory_used_bytes={0: 6 * GIB, 1: 6 * GIB},
         last_gpu_growth_at=at(1700),
         stalled=False,
+        slow=True,  # 1180 s in loading_weights against a usual 120 s
+        usual_phase_seconds=120.0,
+        eta_seconds=420.0,
+        expected_ready_at=AT + timedelta(seconds=420),
+        eta_basis=EtaBasis.BOTH,
     )
 
 

@@ -165,6 +165,25 @@ class TestParseConfig:
         assert host.stall_thresholds()[Phase.COMPILING] == 1800
         assert host.stall_thresholds()[Phase.STARTING] == 600
 
+    def test_slow_rule_settings_are_inherited_and_checked(self) -> None:
+        """slow_factor and slow_floor_seconds: defaults 1.5 and 60, [defaults], a host's own;
+        a factor of 1 or less would call every start slow and is refused."""
+        assert (
+            parse_config(LOCAL).hosts[0].slow_factor,
+            parse_config(LOCAL).hosts[0].slow_floor_seconds,
+        ) == (1.5, 60.0)
+        config = parse_config(
+            "[defaults]\nslow_factor = 2.0\nslow_floor_seconds = 300.0\n"
+            + LOCAL
+            + '[[hosts]]\nname = "b"\nlocal = true\nslow_factor = 3.0\n'
+        )
+        assert [(h.slow_factor, h.slow_floor_seconds) for h in config.hosts] == [
+            (2.0, 300.0),
+            (3.0, 300.0),
+        ]
+        message = config_error("[defaults]\nslow_factor = 1.0\n" + LOCAL)
+        assert "defaults.slow_factor" in message
+
     def test_host_overrides_merge_with_defaults(self) -> None:
         """A host's own thresholds win per phase; the rest still come from [defaults]."""
         config = parse_config(

@@ -135,13 +135,20 @@ class TestStructure:
         assert rows[0]["repeat"] == "unit"
 
     def test_unit_row_shows_the_overview(self, dashboard: dict[str, Any]) -> None:
-        """The per-unit row has phase over time, time in phase, weights, stalled, last crash."""
+        """The per-unit row has phase over time, time in phase, weights, stalled, last crash,
+        and the ETA, the expected ready time and the slow flag."""
         panels = dashboard["panels"]
         second_row = next(i for i, p in enumerate(panels) if p["type"] == "row" and i > 0)
         overview = {panel["title"]: panel for panel in panels[1:second_row]}
         assert overview["Phase"]["type"] == "state-timeline"
         assert "host_unit:vllm_sentinel_unit_phase:index" in overview["Phase"]["targets"][0]["expr"]
         assert {"Time in phase", "Weights loaded", "Stalled", "Last crash cause"} <= set(overview)
+        # when it should be ready, and whether it is slower than usual (issue 11)
+        assert {"Ready in", "Expected ready at", "Slower than usual", "Countdown to ready"} <= set(
+            overview
+        )
+        assert "vllm_sentinel_unit_slow{" in overview["Slower than usual"]["targets"][0]["expr"]
+        assert "basis" in overview["Ready in"]["targets"][0]["legendFormat"]
 
     def test_phase_mappings_follow_the_recorded_index(self, dashboard: dict[str, Any]) -> None:
         """The state timeline names each index the way the `index` recording rule numbers it."""

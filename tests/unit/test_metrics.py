@@ -15,6 +15,7 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families
 from tests.support.snapshots import AT, at, basic_snapshot, incarnation, unit_snapshot
 from vllm_sentinel.causes import CrashCause
 from vllm_sentinel.exporter import SentinelCollector, make_registry
+from vllm_sentinel.history import HISTORY_SKIP_REASON
 from vllm_sentinel.journal_json import SKIP_REASONS
 from vllm_sentinel.metrics import (
     LABEL_VALUE_LIMIT,
@@ -25,7 +26,7 @@ from vllm_sentinel.metrics import (
     bound_label,
     metrics_markdown_table,
 )
-from vllm_sentinel.phases import Phase
+from vllm_sentinel.phases import STARTUP_PHASES, Phase
 from vllm_sentinel.snapshot import CollectorState, CrashInfo, HostSnapshot, Snapshot
 
 NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
@@ -332,7 +333,30 @@ class TestSampleValues:
         assert skipped == {
             (host, reason): counted.get(reason, 0.0) if host == "gpu-a" else 0.0
             for host in ("gpu-a", "gpu-b")
-            for reason in SKIP_REASONS
+            for reason in (*SKIP_REASONS, HISTORY_SKIP_REASON)
+        }
+
+    def test_slow_is_one_hot_over_startup_phases(self) -> None:
+        """The slow unit has 1 for its current phase only; other units 0 for every phase."""
+        slow = samples("vllm_sentinel_unit_slow", basic_snapshot())
+        assert {key for key, value in slow.items() if value == 1.0} == {
+            ("gpu-a", "vllm-llama.service", "loading_weights")
+        }
+        phases = {key[2] for key in slow}
+        assert phases == {phase.value for phase in STARTUP_PHASES}
+        assert len(slow) == 3 * len(STARTUP_PHASES)  # the unit without records has none
+
+    def test_eta_series_carry_the_basis_and_are_absent_without_one(self) -> None:
+        """ETA, expected ready time and usual phase duration: only where the snapshot has them."""
+        snapshot = basic_snapshot()
+        assert samples("vllm_sentinel_unit_startup_eta_seconds", snapshot) == {
+            ("gpu-a", "vllm-llama.service", "both"): 420.0
+        }
+        assert samples("vllm_sentinel_unit_expected_ready_timestamp_seconds", snapshot) == {
+            ("gpu-a", "vllm-llama.service", "both"): (AT + timedelta(seconds=420)).timestamp()
+        }
+        assert samples("vllm_sentinel_unit_phase_usual_seconds", snapshot) == {
+            ("gpu-a", "vllm-llama.service"): 120.0
         }
 
     def test_empty_snapshot_has_only_build_info(self) -> None:

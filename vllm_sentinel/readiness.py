@@ -10,7 +10,10 @@ Each unit is one JSON object in the shape vLLM's users ask for (vllm-project/vll
      "detail": "weights 41/64 shards",
      "elapsed_seconds": 312.4,        # since the current incarnation started
      "phase_elapsed_seconds": 120.0,  # since it entered its phase
-     "eta_seconds": null,             # seconds until ready, when there is a basis
+     "eta_seconds": null,             # seconds until ready, when there is a basis (eta.py)
+     "expected_ready_at": null,       # when, and what the estimate rests on:
+     "eta_basis": null,               #   "vllm" | "history" | "both"
+     "slow": false,                   # slower than usual for this unit and model
      "progress": 0.640625,            # share of the phase's work vLLM reported done, or null
      "stalled": false, "state_known": true,
      "ready_source": null,            # "log" | "health_probe" once ready
@@ -145,6 +148,8 @@ def _detail(unit: UnitSnapshot, state: UnitState, now: datetime) -> str:
     if unit.stalled:
         idle = _seconds(unit.last_progress_at, now)
         text += f"; no progress for {format_duration(idle)} (stalled)"
+    elif unit.slow and unit.usual_phase_seconds is not None:
+        text += f"; slower than usual ({format_duration(unit.usual_phase_seconds)})"
     return text
 
 
@@ -211,7 +216,7 @@ def unit_document(
     end = now
     if current is not None and current.ended_at is not None:
         end = current.ended_at
-    eta = getattr(unit, "eta_seconds", None)  # wt/eta: UnitSnapshot.eta_seconds
+    starting = state is UnitState.STARTING
     return {
         "host": unit.host,
         "unit": unit.unit,
@@ -220,9 +225,12 @@ def unit_document(
         "detail": _detail(unit, state, now),
         "elapsed_seconds": _seconds(current.started_at, end) if current else None,
         "phase_elapsed_seconds": _seconds(current.phase_entered_at, end) if current else None,
-        "eta_seconds": eta if state is UnitState.STARTING else None,
+        "eta_seconds": unit.eta_seconds if starting else None,
+        "expected_ready_at": iso_utc(unit.expected_ready_at) if starting else None,
+        "eta_basis": unit.eta_basis.value if starting and unit.eta_basis else None,
         "progress": _progress(current) if current else None,
         "stalled": unit.stalled,
+        "slow": unit.slow,
         "state_known": state_known,
         "ready_source": unit.ready_source if state is not UnitState.STARTING else None,
         "invocation_id": current.id if current else None,

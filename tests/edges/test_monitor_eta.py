@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
+from vllm_sentinel.health import HealthProbeResult, ProbeOutcome, ProbePolicy, ProbeSettings
 from vllm_sentinel.history import HISTORY_SKIP_REASON, HistoryStore
 from vllm_sentinel.journal import JournalBatch
 from vllm_sentinel.journal_json import JournalJsonDecoder
@@ -211,3 +212,40 @@ def test_a_corrupt_history_file_is_counted_for_its_host(tmp_path: Path) -> None:
     monitor, _ = _monitor(history=store)
     (host,) = monitor.publish().hosts
     assert host.records_skipped == {HISTORY_SKIP_REASON: 1}
+
+
+def test_ready_by_its_health_probe_is_no_longer_estimated() -> None:
+    """/health answers 200 while the logs still say loading: ready from the probe, no ETA,
+    not slow (the probe's word ends the start; its logs will record it in the history)."""
+    clock = _Clock(datetime(2026, 11, 28, 23, 35, tzinfo=UTC))
+    policy = ProbePolicy(ProbeSettings(enabled=True, unhealthy_after_seconds=60.0))
+    monitor = Monitor([HostPlan(HOST, (UNIT,), QUIET, probe_policy=policy)], clock=clock)
+    _apply(monitor, clock, _incident())
+    _apply(monitor, clock, _third_start())
+    slow = _at(monitor, clock, C_LOADING + timedelta(seconds=900))
+    assert slow.slow and slow.eta_basis is EtaBasis.HISTORY
+    assert slow.current is not None
+    monitor.apply(
+        HealthProbeResult(
+            HOST,
+            UNIT,
+            (C, slow.current.started_at),
+            clock.at,
+            0.01,
+            ProbeOutcome.UP,
+            "",
+            200,
+            "http://127.0.0.1:8000",
+        )
+    )
+    monitor.publish()
+    (unit,) = monitor.latest.hosts[0].units
+    assert unit.ready_source == "health_probe"
+    assert (unit.slow, unit.eta_seconds, unit.eta_basis, unit.usual_phase_seconds) == (
+        False,
+        None,
+        None,
+        None,
+    )
+    later = _at(monitor, clock, C_LOADING + timedelta(seconds=960))
+    assert (later.slow, later.eta_seconds) == (False, None)

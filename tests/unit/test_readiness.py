@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import timedelta
 
 import pytest
 
@@ -17,7 +18,8 @@ from vllm_sentinel.readiness import (
     unit_state,
     units_document,
 )
-from vllm_sentinel.snapshot import CrashInfo, Progress, UnitHealth
+from vllm_sentinel.report import iso_utc
+from vllm_sentinel.snapshot import CrashInfo, EtaBasis, Progress, UnitHealth
 
 
 def _loading(**fields: object) -> object:
@@ -65,6 +67,25 @@ class TestStates:
         assert document["phase_elapsed_seconds"] == 1740.0
         assert document["eta_seconds"] is None
         assert document["last_crash"] is None and document["health"] is None
+
+    def test_starting_unit_carries_its_eta_and_slow_flag(self) -> None:
+        """The Monitor's ETA and slow verdict: in the document and the detail."""
+        unit = replace(
+            _loading(),
+            slow=True,
+            usual_phase_seconds=600.0,
+            eta_seconds=420.0,
+            expected_ready_at=AT + timedelta(seconds=420),
+            eta_basis=EtaBasis.BOTH,
+        )
+        document = unit_document(unit, AT)
+        assert document["detail"] == "weights 41/64 shards; slower than usual (10m00s)"
+        assert (document["eta_seconds"], document["eta_basis"], document["slow"]) == (
+            420.0,
+            "both",
+            True,
+        )
+        assert document["expected_ready_at"] == iso_utc(AT + timedelta(seconds=420))
 
     def test_stalled_unit_says_for_how_long_nothing_moved(self) -> None:
         """The detail of a stalled unit names its idle time."""

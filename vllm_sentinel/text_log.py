@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from types import MappingProxyType
 
 from vllm_sentinel.line_buffer import LineBuffer
+from vllm_sentinel.paste import PasteReader
 from vllm_sentinel.record import Record
 from vllm_sentinel.vllm_line import strip_ansi
 
@@ -171,9 +172,10 @@ class TextLogDecoder:
         self._short_key: tuple[str, str, str] | None = None  # last journald-short time read
         self._short_value: datetime | None = None
         self._lines = LineBuffer(max_line_bytes, keep_truncated=True)
+        self.repaired: Counter[str] = Counter()
+        self._paste = PasteReader(self.wrapper_length, self.repaired, max_line_chars=max_line_bytes)
         self._overflows_counted = 0
         self.skipped: Counter[str] = Counter()
-        self.repaired: Counter[str] = Counter()
         self.lines_total = 0
 
     @property
@@ -187,11 +189,15 @@ class TextLogDecoder:
         return self._lines.pending_bytes
 
     def feed(self, chunk: bytes) -> list[Record]:
-        """Decode every complete line in ``chunk`` (with what was pending before)."""
+        """Decode every complete line in ``chunk`` (with what was pending before).
+
+        While the paste window is open (the first ``PasteReader`` window of the input) lines
+        are held, not returned: ``flush`` returns whatever is still held.
+        """
         records: list[Record] = []
         completed, block = self._lines.push(chunk)
         if completed is not None:
-            records.append(self._decode(completed))
+            self._emit([self._clean(self._text(completed))], records)
         if block is not None:
             self._decode_block(block, records)
         self._count_overflows()
@@ -210,17 +216,20 @@ class TextLogDecoder:
             text = None
         limit = self._lines.max_line_bytes
         if text is None or (len(block) > limit and any(len(p) > limit for p in block.split(b"\n"))):
-            for raw in block.split(b"\n"):
-                piece = raw[:limit] if self._lines.is_too_long(raw) else raw
-                records.append(self._decode(piece))
+            lines = [
+                self._clean(self._text(raw[:limit] if self._lines.is_too_long(raw) else raw))
+                for raw in block.split(b"\n")
+            ]
+            self._emit(lines, records)
             return
         lines = text.split("\n")
         self.lines_total += len(lines)
-        append = records.append
         if "\x00" in text or "\r" in text or "\x1b" in text:
-            for line in lines:
-                append(self._decode_text(line))
+            lines = [self._clean(line) for line in lines]
+        if not self._paste.passthrough:
+            self._emit(lines, records)
             return
+        append = records.append
         unwrap = self._unwrap
         for line in lines:
             if line.startswith("-- ") and line.endswith(" --"):
@@ -228,11 +237,23 @@ class TextLogDecoder:
             else:
                 append(unwrap(line))
 
+    def _emit(self, lines: list[str], records: list[Record]) -> None:
+        """Records of cleaned physical lines, through the paste repairs while they run."""
+        if not self._paste.passthrough:
+            lines = self._paste.push(lines)
+        for line in lines:
+            records.append(self._record(line))
+
     def flush(self) -> list[Record]:
-        """Decode what is left after the last newline (end of input)."""
+        """Decode what is left after the last newline (end of input), and all that is held."""
         piece = self._lines.flush()
         self._count_overflows()
-        return [self._decode(piece)] if piece is not None else []
+        records: list[Record] = []
+        if piece is not None:
+            self._emit([self._clean(self._text(piece))], records)
+        for line in self._paste.flush():
+            records.append(self._record(line))
+        return records
 
     def _count_overflows(self) -> None:
         overflows = self._lines.overflows
@@ -240,16 +261,17 @@ class TextLogDecoder:
             self.skipped["line_truncated"] += overflows - self._overflows_counted
             self._overflows_counted = overflows
 
-    def _decode(self, raw: bytes) -> Record:
+    def _text(self, raw: bytes) -> str:
+        """One physical line as text (invalid UTF-8 replaced and counted)."""
         self.lines_total += 1
         try:
-            line = raw.decode("utf-8")
+            return raw.decode("utf-8")
         except UnicodeDecodeError:
-            line = raw.decode("utf-8", errors="replace")
             self.repaired["invalid_utf8"] += 1
-        return self._decode_text(line)
+            return raw.decode("utf-8", errors="replace")
 
-    def _decode_text(self, line: str) -> Record:
+    def _clean(self, line: str) -> str:
+        """NUL bytes replaced (counted), a final ``\\r`` and ANSI escapes removed."""
         if "\x00" in line:
             line = line.replace("\x00", "\ufffd")
             self.repaired["nul_byte"] += 1
@@ -257,23 +279,32 @@ class TextLogDecoder:
             line = line.rstrip("\r")
         if "\x1b" in line:
             line = strip_ansi(line)
+        return line
+
+    def _record(self, line: str) -> Record:
         if line.startswith("-- ") and line.endswith(" --"):
             return Record(line, host=self.host, unit=self.unit, from_manager=True)
         return self._unwrap(line)
 
-    def _unwrap(self, line: str) -> Record:
+    def wrapper_length(self, line: str) -> int:
+        """The length of the outer wrapper ``line`` starts with (``WRAPPERS``), 0 when none."""
+        found = self._match_wrapper(line)
+        return found[1] if found is not None else 0
+
+    def _match_wrapper(
+        self, line: str
+    ) -> tuple[re.Match[str], int, str | None, bool, bool, bool] | None:
+        """The wrapper ``line`` starts with: its match, where it ends, its ISO stamp, and
+        whether it has month, PID and identifier groups; ``None`` when there is none."""
         first = line[:1]
         if first.isdigit():
             wrappers = _DIGIT_WRAPPERS
         elif first.isalpha():
             if _VLLM_HEADER_START.match(line) is not None:  # no wrapper can match (see above)
-                return _new_record(Record, (line, None, self.host, self.unit, *_NO_WRAPPER))
+                return None
             wrappers = _ALPHA_WRAPPERS
         else:
-            return _new_record(Record, (line, None, self.host, self.unit, *_NO_WRAPPER))
-        realtime: datetime | None = None
-        pid: int | None = None
-        ident: str | None = None
+            return None
         for wrapper, has_iso, has_month, has_pid, has_ident in wrappers:
             found = wrapper.regex.match(line)
             if found is None:
@@ -288,24 +319,43 @@ class TextLogDecoder:
                     stamped = _RFC3339.match(line, end)
                     if stamped is not None:
                         iso, end = stamped.group("iso"), stamped.end()
-            if iso:
-                realtime = _parse_iso(iso)
-            elif has_month:
-                month, day, clock = found.group("month", "day", "clock")
-                if month:
-                    realtime = self._short_time(month, day, clock)
-            if has_pid:
-                pid_text = found.group("pid")
-                if pid_text:
-                    pid = int(pid_text)
-            if has_ident:
-                ident = found.group("ident")
-            line = line[end:]
-            break
+            return found, end, iso, has_month, has_pid, has_ident
+        return None
+
+    def _unwrap(self, line: str) -> Record:
+        matched = self._match_wrapper(line)
+        if matched is None:
+            return _new_record(Record, (line, None, self.host, self.unit, *_NO_WRAPPER))
+        found, end, iso, has_month, has_pid, has_ident = matched
+        realtime: datetime | None = None
+        pid: int | None = None
+        if iso:
+            realtime = _parse_iso(iso)
+        elif has_month:
+            month, day, clock = found.group("month", "day", "clock")
+            if month:
+                realtime = self._short_time(month, day, clock)
+        if has_pid:
+            pid_text = found.group("pid")
+            if pid_text:
+                pid = int(pid_text)
+        ident = found.group("ident") if has_ident else None
         manager = ident in _MANAGER_IDENTS
         return _new_record(
             Record,
-            (line, realtime, self.host, self.unit, None, pid, ident, None, None, None, manager),
+            (
+                line[end:],
+                realtime,
+                self.host,
+                self.unit,
+                None,
+                pid,
+                ident,
+                None,
+                None,
+                None,
+                manager,
+            ),
         )
 
     @staticmethod

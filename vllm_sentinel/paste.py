@@ -340,9 +340,9 @@ def split_records(line: str, wrapper_length: Callable[[str], int] | None = None)
     one another (a prefix and its header) belong together, and a head right after a non-space
     is text (a message quoting a log line). A line that does not start with a head (after its
     wrapper) takes its first head as its own, after a prefix of a tool unknown here
-    (``2026-05-08 11:47:02.257 [Error] (Process) (EngineCore pid=7) …``). When ``wrapper_length`` is given and the line
-    starts with a wrapper (journald, docker), a wrapper that ends right before a new head moves
-    the cut to its start.
+    (``2026-05-08 11:47:02.257 [Error] (Process) (EngineCore pid=7) …``). When
+    ``wrapper_length`` is given and the line starts with a wrapper (journald, docker), a
+    wrapper that ends right before a new head moves the cut to its start.
 
     Returns:
         The records, in order; ``[line]`` when it holds one.

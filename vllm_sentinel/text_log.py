@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from types import MappingProxyType
 
 from vllm_sentinel.line_buffer import LineBuffer
-from vllm_sentinel.paste import PasteReader
+from vllm_sentinel.paste import PasteReader, PasteTraits
 from vllm_sentinel.record import Record
 from vllm_sentinel.vllm_line import strip_ansi
 
@@ -182,6 +182,11 @@ class TextLogDecoder:
     def max_line_bytes(self) -> int:
         """The longest line kept."""
         return self._lines.max_line_bytes
+
+    @property
+    def paste_traits(self) -> PasteTraits:
+        """The paste artefacts the input showed (decided once its first window was read)."""
+        return self._paste.traits
 
     @property
     def pending_bytes(self) -> int:

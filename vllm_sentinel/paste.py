@@ -262,8 +262,12 @@ _HEAD = re.compile(
 )
 _FRAME_START = '  File "'
 # A level header whose level word is anything (a translation): the twin of a record's header.
+_MAX_LEVEL_WORD = 24
+_STAMPED_SOURCE = re.compile(
+    r"(?P<stamp>\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,]\d+)?[ \t]+\[?(?P<source>[\w./-]{1,200}?:\d{1,7})\]"
+)
 _ANY_LEVEL_HEADER = re.compile(
-    r"(?P<word>[^\s\d()\[\]]{1,24})[ \t]?(?P<stamp>\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,]\d+)?"
+    r"(?P<word>[^\s\d()\[\]]{1,24}+)[ \t]?(?P<stamp>\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,]\d+)?"
     r"[ \t]+\[?(?P<source>[\w./-]{1,200}?:\d{1,7})\]"
 )
 
@@ -693,22 +697,38 @@ def _shows_translation(lines: list[str]) -> bool:
     source of a header on the same line or the line before (a twin)."""
     previous: set[tuple[str, str]] = set()
     for raw in lines:
+        if ":" not in raw and "：" not in raw:
+            previous = set()
+            continue
         line = normalize_fullwidth(raw)
         keys: set[tuple[str, str]] = set()
         translated: list[tuple[str, str]] = []
-        for found in _ANY_LEVEL_HEADER.finditer(line):
+        for found in _STAMPED_SOURCE.finditer(line):
             key = (found.group("stamp"), found.group("source"))
-            word = found.group("word")
+            word = _word_before(line, found.start())
             if word in LEVELS:
                 keys.add(key)
             elif word.casefold() in TRANSLATED_LEVELS:
                 return True
-            else:
+            elif word:
                 translated.append(key)
         if any(key in keys or key in previous for key in translated):
             return True
         previous = keys
     return False
+
+
+def _word_before(line: str, end: int) -> str:
+    """The level word of a header whose stamp starts at ``end`` (one blank between allowed)."""
+    if end and line[end - 1] in " \t":
+        end -= 1
+    start = end
+    while start > 0 and end - start < _MAX_LEVEL_WORD:
+        char = line[start - 1]
+        if char.isspace() or char.isdigit() or char in "()[]":
+            break
+        start -= 1
+    return line[start:end]
 
 
 def _after_prefixes(line: str, position: int) -> int:

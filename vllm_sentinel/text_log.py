@@ -246,8 +246,13 @@ class TextLogDecoder:
         """Records of cleaned physical lines, through the paste repairs while they run."""
         if not self._paste.passthrough:
             lines = self._paste.push(lines)
+        append = records.append
+        unwrap = self._unwrap
         for line in lines:
-            records.append(self._record(line))
+            if line.startswith("-- ") and line.endswith(" --"):
+                append(Record(line, host=self.host, unit=self.unit, from_manager=True))
+            else:
+                append(unwrap(line))
 
     def flush(self) -> list[Record]:
         """Decode what is left after the last newline (end of input), and all that is held."""
@@ -292,24 +297,41 @@ class TextLogDecoder:
         return self._unwrap(line)
 
     def wrapper_length(self, line: str) -> int:
-        """The length of the outer wrapper ``line`` starts with (``WRAPPERS``), 0 when none."""
-        found = self._match_wrapper(line)
-        return found[1] if found is not None else 0
+        """The length of the outer wrapper ``line`` starts with (``WRAPPERS``), 0 when none.
 
-    def _match_wrapper(
-        self, line: str
-    ) -> tuple[re.Match[str], int, str | None, bool, bool, bool] | None:
-        """The wrapper ``line`` starts with: its match, where it ends, its ISO stamp, and
-        whether it has month, PID and identifier groups; ``None`` when there is none."""
+        Pure (no year rollover is learnt from it): the paste repairs ask it about any text.
+        """
+        first = line[:1]
+        if first.isdigit():
+            wrappers = _DIGIT_WRAPPERS
+        elif first.isalpha() and _VLLM_HEADER_START.match(line) is None:
+            wrappers = _ALPHA_WRAPPERS
+        else:
+            return 0
+        for wrapper, *_ in wrappers:
+            found = wrapper.regex.match(line)
+            if found is None:
+                continue
+            if wrapper.name != "docker-compose":
+                return found.end()
+            end = self._compose_end(line, found.end())
+            if end >= 0:
+                return end
+        return 0
+
+    def _unwrap(self, line: str) -> Record:
         first = line[:1]
         if first.isdigit():
             wrappers = _DIGIT_WRAPPERS
         elif first.isalpha():
             if _VLLM_HEADER_START.match(line) is not None:  # no wrapper can match (see above)
-                return None
+                return _new_record(Record, (line, None, self.host, self.unit, *_NO_WRAPPER))
             wrappers = _ALPHA_WRAPPERS
         else:
-            return None
+            return _new_record(Record, (line, None, self.host, self.unit, *_NO_WRAPPER))
+        realtime: datetime | None = None
+        pid: int | None = None
+        ident: str | None = None
         for wrapper, has_iso, has_month, has_pid, has_ident in wrappers:
             found = wrapper.regex.match(line)
             if found is None:
@@ -324,44 +346,37 @@ class TextLogDecoder:
                     stamped = _RFC3339.match(line, end)
                     if stamped is not None:
                         iso, end = stamped.group("iso"), stamped.end()
-            return found, end, iso, has_month, has_pid, has_ident
-        return None
-
-    def _unwrap(self, line: str) -> Record:
-        matched = self._match_wrapper(line)
-        if matched is None:
-            return _new_record(Record, (line, None, self.host, self.unit, *_NO_WRAPPER))
-        found, end, iso, has_month, has_pid, has_ident = matched
-        realtime: datetime | None = None
-        pid: int | None = None
-        if iso:
-            realtime = _parse_iso(iso)
-        elif has_month:
-            month, day, clock = found.group("month", "day", "clock")
-            if month:
-                realtime = self._short_time(month, day, clock)
-        if has_pid:
-            pid_text = found.group("pid")
-            if pid_text:
-                pid = int(pid_text)
-        ident = found.group("ident") if has_ident else None
+            if iso:
+                realtime = _parse_iso(iso)
+            elif has_month:
+                month, day, clock = found.group("month", "day", "clock")
+                if month:
+                    realtime = self._short_time(month, day, clock)
+            if has_pid:
+                pid_text = found.group("pid")
+                if pid_text:
+                    pid = int(pid_text)
+            if has_ident:
+                ident = found.group("ident")
+            line = line[end:]
+            break
         manager = ident in _MANAGER_IDENTS
         return _new_record(
             Record,
-            (
-                line[end:],
-                realtime,
-                self.host,
-                self.unit,
-                None,
-                pid,
-                ident,
-                None,
-                None,
-                None,
-                manager,
-            ),
+            (line, realtime, self.host, self.unit, None, pid, ident, None, None, None, manager),
         )
+
+    @classmethod
+    def _compose_end(cls, line: str, end: int) -> int:
+        """Where a docker-compose prefix ending at ``end`` really ends (after the RFC 3339 stamp
+        of ``docker compose logs -t``), or -1 when it is no compose prefix (a tqdm bar)."""
+        if not cls._looks_like_compose(line, end):
+            return -1
+        if line[end : end + 1].isdigit():
+            stamped = _RFC3339.match(line, end)
+            if stamped is not None:
+                return stamped.end()
+        return end
 
     @staticmethod
     def _looks_like_compose(line: str, end: int) -> bool:

@@ -77,6 +77,12 @@ class TestTable:
             assert row.scope in ("line", "document")
             assert row.source and row.example and row.repair
 
+    def test_every_artefact_is_documented(self) -> None:
+        """docs/markers.md lists every row of the table by its name."""
+        doc = (ROOT / "docs/markers.md").read_text(encoding="utf-8")
+        for row in PASTE_ARTEFACTS:
+            assert f"| `{row.name}` |" in doc, row.name
+
     def test_translated_levels_cover_every_level(self) -> None:
         """Each language of the table maps to all five vLLM levels."""
         assert TRANSLATED_LEVELS["信息"] == "INFO"

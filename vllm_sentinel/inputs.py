@@ -5,8 +5,8 @@ format is told by the first bytes, never by the file name, so a pipe or a rename
 the same: gzip, xz and bzip2 are read with the standard library, zstd with the ``zstandard``
 package (imported only when a zstd input is met). Everything is streamed in chunks of at most
 ``chunk_size`` bytes, compressed or not: a 2 GB compressed journal export never sits in
-memory. A UTF-8 byte-order mark is dropped and UTF-16 text (Windows PowerShell's ``Out-File``)
-is re-encoded as UTF-8.
+memory. UTF-16 text with its byte-order mark (Windows PowerShell's ``Out-File``) passes the
+binary check; ``replay`` re-encodes it.
 
 The first block of text (after decompression) is sniffed: input that is mostly binary (an
 executable, an image, an archive) is refused with ``NotALogError``; a log with a few binary
@@ -244,19 +244,8 @@ def is_binary(sample: bytes) -> bool:
     return invalid > len(sample) * _MAX_INVALID_UTF8_RATIO
 
 
-def _utf16_chunks(first: bytes, rest: Iterator[bytes]) -> Iterator[bytes]:
-    """UTF-16 text (with its byte-order mark) re-encoded as UTF-8, chunk by chunk."""
-    decoder = codecs.getincrementaldecoder("utf-16")("replace")
-    yield decoder.decode(first).encode("utf-8")
-    for chunk in rest:
-        yield decoder.decode(chunk).encode("utf-8")
-    tail = decoder.decode(b"", final=True)
-    if tail:
-        yield tail.encode("utf-8")
-
-
 def _text_chunks(chunks: Iterator[bytes], name: str, what: str) -> Iterator[bytes]:
-    """Sniff the first block of text, then hand on every chunk (byte-order mark handled)."""
+    """Sniff the first block of text, then hand on every chunk."""
     first = b""
     for chunk in chunks:
         first += chunk
@@ -264,14 +253,15 @@ def _text_chunks(chunks: Iterator[bytes], name: str, what: str) -> Iterator[byte
             break
     if not first:
         return
-    if first.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-        yield from _utf16_chunks(first, chunks)
+    if first.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):  # replay re-encodes it
+        yield first
+        yield from chunks
         return
-    first = first.removeprefix(codecs.BOM_UTF8)
+    sample = first.removeprefix(codecs.BOM_UTF8)
     for magic, meaning in FOREIGN_FORMATS:
-        if first.startswith(magic):
+        if sample.startswith(magic):
             raise NotALogError(name, f"not a log ({meaning})")
-    if is_binary(first[:_SNIFF_BYTES]):
+    if is_binary(sample[:_SNIFF_BYTES]):
         raise NotALogError(name, f"not a log ({what}binary data)")
     yield first
     yield from chunks

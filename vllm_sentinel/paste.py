@@ -25,7 +25,6 @@ stay within ``max_line_chars``.
 
 from __future__ import annotations
 
-import html
 import re
 import unicodedata
 from collections import Counter
@@ -317,6 +316,8 @@ def strip_html(line: str) -> list[str]:
         line = _HTML_BREAK.sub("\n", line)
         line = _HTML_TAG.sub("", line)
     if "&" in line:
+        import html  # only HTML pastes need it: replay starts without it
+
         line = _HTML_ENTITY.sub(lambda found: html.unescape(found.group()), line)
     if "\xa0" in line:
         line = line.replace("\xa0", " ")

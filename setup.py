@@ -23,6 +23,7 @@ HOT_PATH = [
     "vllm_sentinel/causes.py",
     "vllm_sentinel/failure_lines.py",
     "vllm_sentinel/line_buffer.py",
+    "vllm_sentinel/paste.py",
     "vllm_sentinel/text_log.py",
     "vllm_sentinel/journal_json.py",
     "vllm_sentinel/line_clock.py",

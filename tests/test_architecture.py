@@ -17,6 +17,7 @@ CORE = (
     "line_buffer",
     "journal_json",
     "text_log",
+    "paste",
     "vllm_line",
     "markers",
     "tracebacks",

@@ -19,10 +19,10 @@ import sys
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Coroutine, Iterator
+from collections.abc import Coroutine
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, BinaryIO, NoReturn
+from typing import Any, NoReturn
 
 import click
 import orjson
@@ -36,8 +36,6 @@ from vllm_sentinel.replay import InputFormat, replay
 from vllm_sentinel.report import render_status, render_text, to_json
 
 __all__ = ["PASSWORD_ENV", "fetch_status", "main"]
-
-_CHUNK = 1 << 20
 
 
 async def _until_signal(main: Coroutine[object, object, None]) -> None:
@@ -57,42 +55,6 @@ async def _until_signal(main: Coroutine[object, object, None]) -> None:
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task  # re-raises what ``main`` raised (a port in use: OSError)
-
-
-def _chunks(stream: BinaryIO) -> Iterator[bytes]:
-    while True:
-        chunk = stream.read(_CHUNK)
-        if not chunk:
-            return
-        yield chunk
-
-
-class _UnreadableInputError(Exception):
-    """An input that could not be opened or read: its name and the system's reason."""
-
-    def __init__(self, name: str, error: OSError) -> None:
-        super().__init__(name, error)
-        self.name = name
-        self.reason = (error.strerror or str(error)).lower()
-
-
-def _file_chunks(path: str) -> Iterator[bytes]:
-    """Yield the bytes of ``path`` (``-``: stdin) in chunks.
-
-    Anything ``open`` accepts is read to its end: a regular file, a named pipe, a process
-    substitution (``/dev/fd/N``), ``/dev/stdin``, a character device such as ``/dev/null``.
-
-    Raises:
-        _UnreadableInputError: opening or reading failed (permission denied, a socket, EIO …).
-    """
-    try:
-        if path == "-":
-            yield from _chunks(sys.stdin.buffer)
-            return
-        with open(path, "rb") as stream:
-            yield from _chunks(stream)
-    except OSError as error:
-        raise _UnreadableInputError("stdin" if path == "-" else path, error) from error
 
 
 def _check_input_path(path: str) -> None:
@@ -142,23 +104,27 @@ def replay_command(
     """Replay recorded logs (FILE… or - for stdin) and print each unit's timeline and verdict.
 
     A FILE is anything that can be opened and read: a file, a named pipe, ``<(cmd)``,
-    ``/dev/stdin``. Journal JSON keeps its units; each plain-text file is one unit (``vllm``,
-    or the file's name when several are given). A missing path, a directory or an input that
-    cannot be opened or read is one line on stderr and exit status 2.
+    ``/dev/stdin``; gzip, xz, zstd and bzip2 data is decompressed (told by its first bytes, not
+    its name). Journal JSON keeps its units; each plain-text file is one unit (``vllm``, or the
+    file's name when several are given). A missing path, a directory, an input that cannot be
+    opened or read, corrupt compressed data or binary data (not a log) is one line on stderr
+    and exit status 2, with no timeline.
     """
+    from vllm_sentinel.inputs import InputError, read_input
+
     for path in files:
         if path != "-":
             _check_input_path(path)
     try:
         result = replay(
-            (_file_chunks(path) for path in files),
+            (read_input(path) for path in files),
             input_format=InputFormat(input_format),
             unit=unit,
             names=[Path(path).name if path != "-" else "stdin" for path in files],
             reference_year=datetime.now(UTC).year,
         )
-    except _UnreadableInputError as error:
-        click.echo(f"vllm-sentinel: cannot read {error.name}: {error.reason}", err=True)
+    except InputError as error:
+        click.echo(f"vllm-sentinel: {error}", err=True)
         sys.exit(2)
     if output == "json":
         document = to_json(result.units)

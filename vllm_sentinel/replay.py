@@ -10,8 +10,9 @@ a current start gets its usual phase duration, the slow flag and its ETA (``eta`
 
 from __future__ import annotations
 
+import codecs
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
@@ -95,6 +96,27 @@ def judge_at_end(unit: UnitSnapshot) -> UnitSnapshot:
     )
 
 
+def _as_utf8(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """The input's bytes as UTF-8: a UTF-8 byte-order mark dropped, UTF-16 with its mark
+    (Windows PowerShell's ``Out-File``) re-encoded chunk by chunk; anything else unchanged."""
+    iterator = iter(chunks)
+    first = b""
+    for chunk in iterator:
+        first += chunk
+        if len(first) >= 4:
+            break
+    if first.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        decoder = codecs.getincrementaldecoder("utf-16")("replace")
+        yield decoder.decode(first).encode("utf-8")
+        for chunk in iterator:
+            yield decoder.decode(chunk).encode("utf-8")
+        yield decoder.decode(b"", final=True).encode("utf-8")
+        return
+    if first:
+        yield first.removeprefix(codecs.BOM_UTF8)
+    yield from iterator
+
+
 def replay(
     inputs: Iterable[Iterable[bytes]],
     *,
@@ -145,7 +167,7 @@ def replay(
         input_unit = text_unit
         if unit is None and names is not None and len(names) > 1:
             input_unit = names[index]
-        for chunk in chunks:
+        for chunk in _as_utf8(chunks):
             if decoder is None:
                 chosen = (
                     input_format if input_format is not InputFormat.AUTO else detect_format(chunk)

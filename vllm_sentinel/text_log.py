@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from types import MappingProxyType
 
 from vllm_sentinel.line_buffer import LineBuffer
+from vllm_sentinel.paste import PasteReader, PasteTraits
 from vllm_sentinel.record import Record
 from vllm_sentinel.vllm_line import strip_ansi
 
@@ -171,9 +172,10 @@ class TextLogDecoder:
         self._short_key: tuple[str, str, str] | None = None  # last journald-short time read
         self._short_value: datetime | None = None
         self._lines = LineBuffer(max_line_bytes, keep_truncated=True)
+        self.repaired: Counter[str] = Counter()
+        self._paste = PasteReader(self.wrapper_length, self.repaired, max_line_chars=max_line_bytes)
         self._overflows_counted = 0
         self.skipped: Counter[str] = Counter()
-        self.repaired: Counter[str] = Counter()
         self.lines_total = 0
 
     @property
@@ -182,16 +184,25 @@ class TextLogDecoder:
         return self._lines.max_line_bytes
 
     @property
+    def paste_traits(self) -> PasteTraits:
+        """The paste artefacts the input showed (decided once its first window was read)."""
+        return self._paste.traits
+
+    @property
     def pending_bytes(self) -> int:
         """Bytes of a partial line held until its newline (at most ``max_line_bytes``)."""
         return self._lines.pending_bytes
 
     def feed(self, chunk: bytes) -> list[Record]:
-        """Decode every complete line in ``chunk`` (with what was pending before)."""
+        """Decode every complete line in ``chunk`` (with what was pending before).
+
+        While the paste window is open (the first ``PasteReader`` window of the input) lines
+        are held, not returned: ``flush`` returns whatever is still held.
+        """
         records: list[Record] = []
         completed, block = self._lines.push(chunk)
         if completed is not None:
-            records.append(self._decode(completed))
+            self._emit([self._clean(self._text(completed))], records)
         if block is not None:
             self._decode_block(block, records)
         self._count_overflows()
@@ -210,17 +221,32 @@ class TextLogDecoder:
             text = None
         limit = self._lines.max_line_bytes
         if text is None or (len(block) > limit and any(len(p) > limit for p in block.split(b"\n"))):
-            for raw in block.split(b"\n"):
-                piece = raw[:limit] if self._lines.is_too_long(raw) else raw
-                records.append(self._decode(piece))
+            lines = [
+                self._clean(self._text(raw[:limit] if self._lines.is_too_long(raw) else raw))
+                for raw in block.split(b"\n")
+            ]
+            self._emit(lines, records)
             return
         lines = text.split("\n")
         self.lines_total += len(lines)
-        append = records.append
         if "\x00" in text or "\r" in text or "\x1b" in text:
-            for line in lines:
-                append(self._decode_text(line))
+            lines = [self._clean(line) for line in lines]
+        if not self._paste.passthrough:
+            self._emit(lines, records)
             return
+        append = records.append
+        unwrap = self._unwrap
+        for line in lines:
+            if line.startswith("-- ") and line.endswith(" --"):
+                append(Record(line, host=self.host, unit=self.unit, from_manager=True))
+            else:
+                append(unwrap(line))
+
+    def _emit(self, lines: list[str], records: list[Record]) -> None:
+        """Records of cleaned physical lines, through the paste repairs while they run."""
+        if not self._paste.passthrough:
+            lines = self._paste.push(lines)
+        append = records.append
         unwrap = self._unwrap
         for line in lines:
             if line.startswith("-- ") and line.endswith(" --"):
@@ -229,10 +255,15 @@ class TextLogDecoder:
                 append(unwrap(line))
 
     def flush(self) -> list[Record]:
-        """Decode what is left after the last newline (end of input)."""
+        """Decode what is left after the last newline (end of input), and all that is held."""
         piece = self._lines.flush()
         self._count_overflows()
-        return [self._decode(piece)] if piece is not None else []
+        records: list[Record] = []
+        if piece is not None:
+            self._emit([self._clean(self._text(piece))], records)
+        for line in self._paste.flush():
+            records.append(self._record(line))
+        return records
 
     def _count_overflows(self) -> None:
         overflows = self._lines.overflows
@@ -240,16 +271,17 @@ class TextLogDecoder:
             self.skipped["line_truncated"] += overflows - self._overflows_counted
             self._overflows_counted = overflows
 
-    def _decode(self, raw: bytes) -> Record:
+    def _text(self, raw: bytes) -> str:
+        """One physical line as text (invalid UTF-8 replaced and counted)."""
         self.lines_total += 1
         try:
-            line = raw.decode("utf-8")
+            return raw.decode("utf-8")
         except UnicodeDecodeError:
-            line = raw.decode("utf-8", errors="replace")
             self.repaired["invalid_utf8"] += 1
-        return self._decode_text(line)
+            return raw.decode("utf-8", errors="replace")
 
-    def _decode_text(self, line: str) -> Record:
+    def _clean(self, line: str) -> str:
+        """NUL bytes replaced (counted), a final ``\\r`` and ANSI escapes removed."""
         if "\x00" in line:
             line = line.replace("\x00", "\ufffd")
             self.repaired["nul_byte"] += 1
@@ -257,9 +289,35 @@ class TextLogDecoder:
             line = line.rstrip("\r")
         if "\x1b" in line:
             line = strip_ansi(line)
+        return line
+
+    def _record(self, line: str) -> Record:
         if line.startswith("-- ") and line.endswith(" --"):
             return Record(line, host=self.host, unit=self.unit, from_manager=True)
         return self._unwrap(line)
+
+    def wrapper_length(self, line: str) -> int:
+        """The length of the outer wrapper ``line`` starts with (``WRAPPERS``), 0 when none.
+
+        Pure (no year rollover is learnt from it): the paste repairs ask it about any text.
+        """
+        first = line[:1]
+        if first.isdigit():
+            wrappers = _DIGIT_WRAPPERS
+        elif first.isalpha() and _VLLM_HEADER_START.match(line) is None:
+            wrappers = _ALPHA_WRAPPERS
+        else:
+            return 0
+        for wrapper, *_ in wrappers:
+            found = wrapper.regex.match(line)
+            if found is None:
+                continue
+            if wrapper.name != "docker-compose":
+                return found.end()
+            end = self._compose_end(line, found.end())
+            if end >= 0:
+                return end
+        return 0
 
     def _unwrap(self, line: str) -> Record:
         first = line[:1]
@@ -307,6 +365,18 @@ class TextLogDecoder:
             Record,
             (line, realtime, self.host, self.unit, None, pid, ident, None, None, None, manager),
         )
+
+    @classmethod
+    def _compose_end(cls, line: str, end: int) -> int:
+        """Where a docker-compose prefix ending at ``end`` really ends (after the RFC 3339 stamp
+        of ``docker compose logs -t``), or -1 when it is no compose prefix (a tqdm bar)."""
+        if not cls._looks_like_compose(line, end):
+            return -1
+        if line[end : end + 1].isdigit():
+            stamped = _RFC3339.match(line, end)
+            if stamped is not None:
+                return stamped.end()
+        return end
 
     @staticmethod
     def _looks_like_compose(line: str, end: int) -> bool:

@@ -102,7 +102,7 @@ class TestRobustness:
     def test_invalid_utf8_and_ansi(self) -> None:
         """Invalid bytes become U+FFFD and are counted; colour is removed."""
         decoder = TextLogDecoder()
-        (record,) = decoder.feed(b"\x1b[32mINFO\x1b[0m bad \xff byte\n")
+        (record,) = decoder.feed(b"\x1b[32mINFO\x1b[0m bad \xff byte\n") + decoder.flush()
         assert record.message == "INFO bad \ufffd byte"
         assert decoder.repaired["invalid_utf8"] == 1
 
@@ -110,5 +110,6 @@ class TestRobustness:
         """A line over max_line_bytes is truncated, counted once, and the next line is intact."""
         decoder = TextLogDecoder(max_line_bytes=100)
         records = decoder.feed(b"x" * 1000) + decoder.feed(b"y" * 1000 + b"\nnext\n")
+        records += decoder.flush()
         assert [len(r.message) for r in records] == [100, 4]
         assert decoder.skipped["line_truncated"] == 1

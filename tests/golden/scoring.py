@@ -1,6 +1,8 @@
-"""Score the engine on labelled real logs: the validation set of issue 10.
+"""Score the engine on labelled real logs: the validation and holdout sets of issue 10.
 
-A *labelled log* is ``NNN-slug.log`` with ``NNN-slug.expected.json`` beside it (the shape of
+A *labelled set* is a directory of ``tests/golden`` named in ``SETS``: ``validation`` (the first
+set, since used to improve the engine) and ``holdout`` (never used to change the engine: it
+measures generalisation). A *labelled log* is ``NNN-slug.log`` with ``NNN-slug.expected.json`` beside it (the shape of
 ``tests/golden/logs/*.expected.json``). Only the keys of ``expect`` are scored, each one label:
 
 - ``furthest_phase``: the furthest phase over all incarnations of the unit;
@@ -30,7 +32,9 @@ from vllm_sentinel.replay import replay
 from vllm_sentinel.snapshot import CrashInfo, UnitSnapshot
 
 __all__ = [
+    "BAR",
     "KEYS",
+    "SETS",
     "LogScore",
     "Miss",
     "Score",
@@ -52,6 +56,12 @@ KEYS = (
 """The ``expect`` keys that are scored, in report order."""
 
 REFERENCE_YEAR = 2026
+
+BAR = 0.95
+"""Issue 10: a labelled set scores at least 95 % of its confident labels."""
+
+SETS = {name: Path(__file__).parent / name for name in ("validation", "holdout")}
+"""The labelled sets by name -> their directory (``NNN-slug.log``, ``.expected.json``, LABELS.md)."""
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ __all__ = [
     "EvidenceKind",
     "choose_root_cause",
     "classify_exception",
+    "is_engine_dead",
     "is_request_error",
     "is_stop_request",
 ]
@@ -268,6 +269,12 @@ NOISE_PATTERNS: tuple[str, ...] = (
 )
 """Exceptions that follow a failure (dead sockets, cancelled tasks)."""
 
+ENGINE_DEAD_PATTERNS: tuple[str, ...] = (
+    r"EngineDeadError|AsyncEngineDeadError|MQEngineDeadError|Background loop has errored",
+)
+"""Wrappers that say the engine behind a live API server is dead: the server answers 500s, but
+the incarnation has crashed (vllm/v1/engine/exceptions.py, V0 async_llm_engine.py)."""
+
 STOP_REQUEST_PATTERNS: tuple[str, ...] = (
     r"^(?:\w+\.)*KeyboardInterrupt\b",  # SIGINT (Ctrl-C), or asyncio's runner on SIGTERM
     r"^(?:\w+\.)*SystemExit(?:: (?:0|2|-?15|130|143))?$",  # sys.exit on a stop signal
@@ -315,6 +322,7 @@ DEFAULT_BENIGN_PATTERNS: tuple[str, ...] = (
 
 _RULES = tuple((rule.cause, re.compile(rule.pattern)) for rule in CAUSE_RULES)
 _FRAME_RULES = tuple((rule.cause, re.compile(rule.pattern)) for rule in FRAME_RULES)
+_ENGINE_DEAD = re.compile("|".join(f"(?:{p})" for p in ENGINE_DEAD_PATTERNS))
 _STOP_REQUEST = re.compile("|".join(f"(?:{p})" for p in STOP_REQUEST_PATTERNS))
 _WRAPPER = re.compile("|".join(f"(?:{p})" for p in WRAPPER_PATTERNS))
 _NOISE = re.compile("|".join(f"(?:{p})" for p in NOISE_PATTERNS))
@@ -352,6 +360,11 @@ def classify_exception(
     if _NOISE.search(text):
         return cause, EvidenceKind.NOISE
     return cause, EvidenceKind.REAL
+
+
+def is_engine_dead(exception: str, message: str) -> bool:
+    """Say whether an exception reports that the engine behind the server is dead."""
+    return _ENGINE_DEAD.search(exception) is not None or _ENGINE_DEAD.search(message) is not None
 
 
 def is_stop_request(exception: str, message: str) -> bool:

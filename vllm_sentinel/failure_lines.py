@@ -66,8 +66,8 @@ class FailureLine:
         source: the program and file that print it.
         example: a real line of this shape (tests check each row against its example).
         fallback: the cause when ``cause`` is ``None`` and the reason matches no rule.
-        names_vllm: the line itself is about vLLM (a unit whose only line it is still counts
-            as a vLLM log in ``replay``).
+        recognized: the line belongs to vLLM's stack (vLLM itself, torch's C++, NCCL): a log
+            whose only lines are of this shape is still a vLLM log in ``replay``.
     """
 
     name: str
@@ -78,7 +78,7 @@ class FailureLine:
     source: str
     example: str
     fallback: CrashCause = CrashCause.UNKNOWN
-    names_vllm: bool = False
+    recognized: bool = False
     regex: re.Pattern[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -133,6 +133,7 @@ FAILURE_LINES: tuple[FailureLine, ...] = (
         "(printf then exit(EXIT_FAILURE))",
         "Failed: Cuda error /workspace/csrc/custom_all_reduce.cuh:164 'invalid argument'",
         fallback=_C.CUDA_ERROR,
+        recognized=True,
     ),
     FailureLine(
         "nccl_check_failed",
@@ -142,6 +143,7 @@ FAILURE_LINES: tuple[FailureLine, ...] = (
         _E.FATAL,
         "NCCLCHECK macros beside CUDACHECK (printf then exit(EXIT_FAILURE))",
         "Failed, NCCL error /workspace/csrc/custom_all_reduce_test.cu:52 'unhandled cuda error'",
+        recognized=True,
     ),
     FailureLine(
         "nccl_cuda_failure",
@@ -152,6 +154,7 @@ FAILURE_LINES: tuple[FailureLine, ...] = (
         "NCCL src/include/checks.h CUDACHECK: WARN(\"Cuda failure '%s'\")",
         "host1:7:7 [0] enqueue.cc:1556 NCCL WARN Cuda failure 'out of memory'",
         fallback=_C.NCCL_ERROR,
+        recognized=True,
     ),
     FailureLine(
         "nccl_warn",
@@ -162,17 +165,44 @@ FAILURE_LINES: tuple[FailureLine, ...] = (
         "NCCL src/debug.cc (host:pid:tid [rank] file:line NCCL WARN …)",
         "host1:235:1021 [1] misc/socket.cc:484 NCCL WARN socketStartConnect: Connect to "
         "10.0.0.2<45107> failed : Software caused connection abort",
+        recognized=True,
+    ),
+    FailureLine(
+        "c10_watchdog_terminated",
+        r"^(?:\[?rank\d+\]:)?\[E\d{3,4} [\d:.]+(?: +\d+)? [\w.]+:\d+\] (?:\[PG [^\]]*\] )?"
+        r"(?P<reason>Process group watchdog thread terminated with exception: .+)",
+        None,
+        _K.REAL,
+        _E.FATAL,
+        "torch ProcessGroupNCCL watchdog (c10d): it terminates the process after logging this",
+        "[rank0]:[E811 01:10:50.482336908 ProcessGroupNCCL.cpp:1515] [PG 3 Rank 0] Process "
+        "group watchdog thread terminated with exception: CUDA error: an illegal memory access "
+        "was encountered",
+        fallback=_C.NCCL_ERROR,
+        recognized=True,
     ),
     FailureLine(
         "c10_error_log",
-        r"^(?:\[rank\d+\]:)?\[E\d{4} [\d:.]+ +\d+ [\w.]+:\d+\] (?P<reason>.+)",
+        r"^(?:\[?rank\d+\]:)?\[E\d{3,4} [\d:.]+(?: +\d+)? [\w.]+:\d+\] (?P<reason>.+)",
         None,
         _K.REAL,
         _E.EVIDENCE,
-        "c10/glog error lines of torch's C++ (ProcessGroupNCCL watchdog, CUDA caching allocator)",
+        "c10/glog error lines of torch's C++ (ProcessGroupNCCL, CUDA caching allocator); the "
+        "thread id is absent in torch 2.4's format",
         "[rank0]:[E1110 01:25:24.123456 5536 ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog "
         "caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE) ran for "
         "600000 milliseconds before timing out.",
+        recognized=True,
+    ),
+    FailureLine(
+        "device_critical_error",
+        r"^(?P<reason>Synapse detected a device critical error\b.*)",
+        _C.CUDA_ERROR,
+        _K.REAL,
+        _E.FATAL,
+        "Habana Synapse runtime (Gaudi HPU): the process is killed seconds later",
+        "Synapse detected a device critical error that requires a restart. Killing process in 5 "
+        "seconds (hl: 6) 10:29:11 [No progress error]",
     ),
     FailureLine(
         "device_runtime_error",
@@ -246,7 +276,7 @@ FAILURE_LINES: tuple[FailureLine, ...] = (
         "CPython runpy (`python -m vllm…` without vLLM installed), the shell (`vllm` not on PATH)",
         "/srv/app/.venv/bin/python: Error while finding module specification for "
         "'vllm.entrypoints.openai.api_server' (ModuleNotFoundError: No module named 'vllm')",
-        names_vllm=True,
+        recognized=True,
     ),
     FailureLine(
         "python_fatal_signal",
@@ -262,9 +292,10 @@ FAILURE_LINES: tuple[FailureLine, ...] = (
 """Every failure-line shape; the first row that matches a line wins."""
 
 _NEEDLE = re.compile(
-    r"terminate called|what\(\)|Failed[:,] |NCCL WARN|\[E\d{4} |(?:CUDA|HIP|cuda|hip) error: "
+    r"terminate called|what\(\)|Failed[:,] |NCCL WARN|\[E\d{3,4} |(?:CUDA|HIP|cuda|hip) error: "
     r"|cannot find -l|collect2:|ninja:|FAILED: |error: command|nvcc fatal|exited with code"
     r"|exit code \d|Fatal Python error|received at time=|module specification|No module named"
+    r"|device critical error"
     r"|not found|" + _SIGNAL_WORDS
 )
 _STOP_WORDS = frozenset({"Terminated", "Hangup"})

@@ -90,6 +90,7 @@ class Incarnation:
     evidence: list[Evidence] = field(default_factory=list)
     fatal_pending: bool = False
     fatal_unproven: bool = False  # pending only because a raw traceback began (no exception yet)
+    fatal_final: bool = False  # the engine is dead: reaching ready (500s) does not undo it
     fatal_phase: Phase | None = None  # the phase it was in when the pending failure was seen
     stop_requested: bool = False
     stop_by_manager: bool = False
@@ -156,18 +157,23 @@ class Incarnation:
             self.furthest = phase
         if phase is Phase.READY:
             self.outcome = Outcome.READY
-            self.fatal_pending = False  # it became ready after the error: survived
-            self.fatal_phase = None
+            if not self.fatal_final:
+                self.fatal_pending = False  # it became ready after the error: survived
+                self.fatal_phase = None
         return previous
 
-    def mark_fatal(self, *, proven: bool = True) -> None:
+    def mark_fatal(self, *, proven: bool = True, final: bool = False) -> None:
         """A failure was seen that the process's exit must confirm (the first one counts).
 
         ``proven=False``: only a raw traceback began; its exception line may still say the
-        process was asked to stop (``KeyboardInterrupt``), which ``clear_fatal`` undoes.
+        process was asked to stop (``KeyboardInterrupt``), which ``clear_unproven_fatal``
+        undoes. ``final=True``: the engine is dead; a server that answers on (500s) is no
+        recovery.
         """
         if self.ended:
             return
+        if final:
+            self.fatal_final = True
         if not self.fatal_pending:
             self.fatal_pending = True
             self.fatal_phase = self.phase

@@ -692,6 +692,14 @@ MARKERS: tuple[Marker, ...] = (
     Marker(
         _E.FATAL,
         None,
+        r"^(?:Writing input of failed execution to \S+|Failed to pickle inputs of failed "
+        r"execution: )",
+        "0.6.0–0.6.6 (V0 model execution failed: its inputs dumped)",
+        "vllm/worker/model_runner_base.py (dump_input_when_exception)",
+    ),
+    Marker(
+        _E.FATAL,
+        None,
         r"^Failed to load model - not enough GPU memory",
         "0.13.0–0.33.0",
         "vllm/v1/worker/gpu_model_runner.py",

@@ -127,9 +127,33 @@ _ALPHA_WRAPPERS = _wrapper_table("alpha")
 # vLLM's own header ("INFO 01-02 …"): no alpha wrapper can match a line that starts so (the
 # journald month must be followed by a day then a space, a compose name by spaces then "|").
 _VLLM_HEADER_START = re.compile(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-")
+# An unknown tool's prefix in front of vLLM's own line (a log shipper's
+# `[2025-01-08 15:00:27] pod-7cf7 >> `, a collector's `2025-10-24T17:12:08.36 +08:00 CST `): a
+# line that starts with a stamp and, further on, vLLM's process prefix, level header or
+# uvicorn's padded level word (`INFO:     `). The prefix must hold a clock (HH:MM:SS) and end
+# at a blank; another program's own line (`[2025-07-18 19:52:38,710] LMCache INFO: …`) is not
+# vLLM's and keeps its prefix.
+_FOREIGN_PREFIX = re.compile(
+    r"(?P<prefix>[^\s(][^(]{0,100}?\d\d:\d\d:\d\d[^(]{0,60}?)\s+(?="
+    r"\(\w[\w.-]{0,40} pid=\d{1,10}\) |(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d "
+    r"\d\d:\d\d:\d\d |INFO: {5}|WARNING: {2}|ERROR: {4}|DEBUG: {4}|CRITICAL: )"
+)
+_LOOSE_ISO = re.compile(
+    r"(?P<date>\d{4}-\d\d-\d\d)[ T](?P<clock>\d\d:\d\d:\d\d(?:[.,]\d+)?)"
+    r"(?: ?(?P<zone>Z|[+-]\d\d:?\d\d))?"
+)
 _NO_WRAPPER = (None, None, None, None, None, None, False)  # Record fields after unit
 _MANAGER_IDENTS = frozenset({"systemd", "kernel"})
 _new_record = tuple.__new__  # Record without the keyword-default wrapper (hot path)
+
+
+def _loose_time(prefix: str) -> datetime | None:
+    """The first date and time in an unknown tool's prefix, UTC (no zone: read as UTC)."""
+    found = _LOOSE_ISO.search(prefix)
+    if found is None:
+        return None
+    zone = found.group("zone") or ""
+    return _parse_iso(f"{found.group('date')}T{found.group('clock')}{zone}")
 
 
 def _parse_iso(text: str) -> datetime | None:
@@ -327,6 +351,8 @@ class TextLogDecoder:
             if _VLLM_HEADER_START.match(line) is not None:  # no wrapper can match (see above)
                 return _new_record(Record, (line, None, self.host, self.unit, *_NO_WRAPPER))
             wrappers = _ALPHA_WRAPPERS
+        elif first == "[":
+            wrappers = ()  # only an unknown tool's prefix (``_FOREIGN_PREFIX``) may be there
         else:
             return _new_record(Record, (line, None, self.host, self.unit, *_NO_WRAPPER))
         realtime: datetime | None = None
@@ -360,6 +386,11 @@ class TextLogDecoder:
                 ident = found.group("ident")
             line = line[end:]
             break
+        else:
+            foreign = _FOREIGN_PREFIX.match(line)
+            if foreign is not None:
+                realtime = _loose_time(foreign.group("prefix"))
+                line = line[foreign.end() :]
         manager = ident in _MANAGER_IDENTS
         return _new_record(
             Record,

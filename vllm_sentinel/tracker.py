@@ -36,6 +36,7 @@ from vllm_sentinel.causes import (
     Evidence,
     EvidenceKind,
     classify_exception,
+    is_engine_dead,
     is_request_error,
     is_stop_request,
 )
@@ -365,7 +366,7 @@ class UnitTracker:
                 self._drop_stand_in(pid)
             self._on_exception(incarnation, exception, kind, role, time)
         elif found is not None:
-            self._on_marker(incarnation, found, body, time, source)
+            self._on_marker(incarnation, found, body, time, source, role)
         elif not consumed and kind is LineKind.RAW and not incarnation.ended:
             failure = classify_failure_line(body)
             if failure is not None:
@@ -524,6 +525,7 @@ class UnitTracker:
         body: str,
         time: datetime | None,
         source: str | None = None,
+        role: Role | None = None,
     ) -> None:
         marker, groups = found
         event = marker.event
@@ -565,6 +567,12 @@ class UnitTracker:
                     else classify_exception("", body)[1]
                 )
                 self._crashes.add_evidence(incarnation, cause, kind, "", body, time)
+            else:
+                # a failure line that carries its exception's words (V0's "Exception in worker
+                # … while processing method …: CUDA out of memory …"): they name the cause
+                said, kind = classify_exception("", body)
+                if said is not CrashCause.UNKNOWN:
+                    self._crashes.add_evidence(incarnation, said, kind, "", body, time)
             if event is Event.FATAL:
                 if marker.terminal:
                     self._crashes.end(incarnation, Outcome.CRASHED, time)
@@ -575,6 +583,8 @@ class UnitTracker:
             incarnation.has_banner = True
             incarnation.start_seen = True
         if event is Event.SHUTDOWN:
+            if role is Role.WORKER:
+                return  # a worker leaves with its parent: a stop or a failure decides, not it
             if not incarnation.ended:
                 incarnation.stop_requested = True
                 self._advance(incarnation, Phase.STOPPING, time)
@@ -629,6 +639,8 @@ class UnitTracker:
                 incarnation.mark_fatal()  # a thread's exception kills no process
         elif uncaught and role in (None, Role.API_SERVER, Role.MAIN):
             incarnation.mark_fatal()
+        if is_engine_dead(exception.exception, exception.message):
+            incarnation.mark_fatal(final=True)  # the server may answer on; nothing serves
         return evidence
 
     def _on_failure_line(
@@ -637,7 +649,7 @@ class UnitTracker:
         """A line that is not vLLM's says a process failed (``failure_lines``)."""
         row = failure.row
         crashes = self._crashes
-        if row.names_vllm:
+        if row.recognized:
             self.recognized_lines += 1
         if row.effect is Effect.STOP:
             self._stop_requested(incarnation, time)

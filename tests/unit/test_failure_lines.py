@@ -460,3 +460,106 @@ class TestSmallerClasses:
             ["INFO 06-19 15:34:59 [api_server.py:1043] vLLM API server version 0.9.0", line]
         )
         assert unit.current is not None and unit.current.tensor_parallel_size == tp
+
+
+class TestHoldoutClasses:
+    """Classes the holdout set's first run missed (tests/golden/holdout/README.md)."""
+
+    def test_an_unknown_tools_prefix_before_vllms_line_is_a_wrapper(self) -> None:
+        """A log shipper's or collector's prefix: a stamp, anything, then vLLM's own line."""
+        for prefix in (
+            "[2025-01-08 15:00:27] 7cf7b77579-xsp97 >> ",
+            "2025-10-24T17:12:08.36 +08:00 CST ",
+        ):
+            unit = _replay(
+                [
+                    f"{prefix}INFO 01-07 23:00:20 api_server.py:640] vLLM API server version "
+                    "0.6.4.post1",
+                    f"{prefix}INFO:     Application startup complete.",
+                ]
+            )
+            current = unit.current
+            assert current is not None and current.vllm_version == "0.6.4.post1", prefix
+            assert current.phase is Phase.READY
+
+    def test_another_programs_own_line_keeps_its_prefix(self) -> None:
+        """LMCache's `[stamp] LMCache INFO: …` is not vLLM's line (corpus 042)."""
+        from vllm_sentinel.text_log import TextLogDecoder
+
+        decoder = TextLogDecoder("vllm")
+        line = b"[2025-07-18 19:52:38,710] LMCache INFO: Loading LMCache config file x.yaml\n"
+        (record,) = [*decoder.feed(line), *decoder.flush()]
+        assert record.message.startswith("[2025-07-18") and record.realtime is None
+
+    def test_an_engine_dead_server_answering_500s_has_crashed(self) -> None:
+        api = "(APIServer pid=1) "
+        unit = _replay(
+            [
+                api + 'INFO:     127.0.0.1:39180 - "POST /v1/chat/completions HTTP/1.1" 200 OK',
+                api + "ERROR 10-24 17:12:08 [async_llm.py:480] AsyncLLM output_handler failed.",
+                api + "ERROR 10-24 17:12:08 [async_llm.py:480] Traceback (most recent call last):",
+                api + 'ERROR 10-24 17:12:08 [async_llm.py:480]   File "/x/vllm/v1/engine/'
+                'core_client.py", line 846, in get_output_async',
+                api + "ERROR 10-24 17:12:08 [async_llm.py:480] vllm.v1.engine.exceptions."
+                "EngineDeadError: EngineCore encountered an issue. See stack trace (above) for "
+                "the root cause.",
+                api + 'INFO:     127.0.0.1:39118 - "POST /v1/chat/completions HTTP/1.1" 500 '
+                "Internal Server Error",
+            ]
+        )
+        assert unit.current is not None and unit.current.outcome is Outcome.CRASHED
+
+    def test_a_workers_shutdown_after_its_parent_died_is_no_stop_request(self) -> None:
+        worker = "(Worker_TP0 pid=41) INFO 02-09 12:47:08 [multiproc_executor.py:"
+        unit = _replay(
+            [
+                "(APIServer pid=21) INFO 02-09 12:46:00 [api_server.py:1000] vLLM API server "
+                "version 0.15.1",
+                "(EngineCore_DP0 pid=31) INFO 02-09 12:47:00 [core.py:200] init engine (profile, "
+                "create kv cache, warmup model) took 60.00 seconds",
+                worker + "730] Parent process exited, terminating worker",
+                worker + "774] WorkerProc shutting down.",
+                "(APIServer pid=21) Traceback (most recent call last):",
+                '(APIServer pid=21)   File "/x/openai_harmony/__init__.py", line 1, in load',
+                "(APIServer pid=21) openai_harmony.HarmonyError: invalid tiktoken vocab file",
+            ]
+        )
+        current = unit.current
+        assert current is not None and current.outcome is Outcome.CRASHED
+        assert current.crash is not None
+        assert current.crash.exception == "openai_harmony.HarmonyError"
+
+    @pytest.mark.parametrize(
+        ("line", "cause"),
+        [
+            (
+                "(VllmWorkerProcess pid=67) ERROR 11-05 03:21:52 multiproc_worker_utils.py:233] "
+                "Exception in worker VllmWorkerProcess while processing method "
+                "determine_num_available_blocks: CUDA out of memory. Tried to allocate 1.95 GiB.",
+                C.CUDA_OOM,
+            ),
+            (
+                "WARNING 11-16 10:37:53 model_runner_base.py:143] Failed to pickle inputs of "
+                "failed execution: CUDA error: an illegal memory access was encountered",
+                C.CUDA_ILLEGAL_MEMORY_ACCESS,
+            ),
+            (
+                "Synapse detected a device critical error that requires a restart. Killing "
+                "process in 5 seconds (hl: 6) 10:29:11 [No progress error]",
+                C.CUDA_ERROR,
+            ),
+            (
+                # torch 2.4's c10 format (no thread id), its leading "[" lost in the paste
+                "rank0]:[E811 01:10:50.482336908 ProcessGroupNCCL.cpp:1515] [PG 3 Rank 0] "
+                "Process group watchdog thread terminated with exception: CUDA error: an "
+                "illegal memory access was encountered",
+                C.CUDA_ILLEGAL_MEMORY_ACCESS,
+            ),
+        ],
+    )
+    def test_failure_lines_that_carry_their_cause(self, line: str, cause: CrashCause) -> None:
+        unit = _replay(
+            ["INFO 11-05 03:20:00 api_server.py:577] vLLM API server version 0.6.3", line]
+        )
+        assert unit.current is not None and unit.current.outcome is Outcome.CRASHED
+        assert unit.last_crash is not None and unit.last_crash.cause is cause

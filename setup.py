@@ -1,17 +1,33 @@
-"""Build hook: compile the core's hot path with mypyc where a C compiler is at hand.
+"""Build hook: compile the core's hot path with mypyc, and ship the runbook in the package.
 
-The modules below are strictly typed pure Python; mypyc turns them into C extensions that run
-the engine about 1.7× faster (docs/performance.md). Each extension is optional: without a
-compiler the build falls back to the pure-Python modules, which behave identically (the test
-suite runs against both). ``VLLM_SENTINEL_PURE=1`` skips compiling (development installs do,
-so that edits to the .py files take effect).
+The modules in ``HOT_PATH`` are strictly typed pure Python; mypyc turns them into C extensions
+that run the engine about 1.7× faster (docs/performance.md). Each extension is optional: without
+a C compiler the build falls back to the pure-Python modules, which behave identically (the test
+suite runs against both). The extensions are compiled in parallel, one job per CPU
+(``build_ext --parallel``, setuptools' own option; ``VLLM_SENTINEL_BUILD_JOBS`` overrides).
+
+No compiled module ever lands in the source tree: an editable install (``pip install -e .``)
+stays pure Python, so that edits to the ``.py`` files take effect, and ``build_ext --inplace``
+is refused. ``VLLM_SENTINEL_PURE=1`` skips compiling for a regular install too.
+
+``docs/runbook.md`` is copied into the built package as ``vllm_sentinel/runbook.md`` (the
+daemon serves it at ``/runbook``), so the file lives once in git; a checkout or an editable
+install reads ``docs/runbook.md`` itself (``vllm_sentinel.runbook``).
 """
 
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
+from typing import Any
 
 from setuptools import setup
+from setuptools.command.build_ext import build_ext
+from setuptools.command.build_py import build_py
+
+ROOT = Path(__file__).resolve().parent
+RUNBOOK = ROOT / "docs" / "runbook.md"
 
 HOT_PATH = [
     "vllm_sentinel/record.py",
@@ -34,10 +50,16 @@ HOT_PATH = [
     "vllm_sentinel/tracker.py",
 ]
 
+# setuptools' commands that build extensions; the others (egg_info, dist_info: metadata, asked
+# for before the build) run this file without type-checking and generating C for nothing
+_BUILDING = frozenset({"build", "build_ext", "bdist_wheel", "bdist", "install"})
 
-def _extensions() -> list[object]:
+
+def _extensions() -> list[Any]:
     if os.environ.get("VLLM_SENTINEL_PURE") == "1":
         return []
+    if "editable_wheel" in sys.argv or not _BUILDING & set(sys.argv):
+        return []  # an editable install stays pure Python: nothing compiled in the tree
     try:
         from mypyc.build import mypycify
 
@@ -50,4 +72,37 @@ def _extensions() -> list[object]:
     return list(extensions)
 
 
-setup(ext_modules=_extensions())
+class BuildExt(build_ext):
+    """``build_ext`` in parallel by default, and never into the source tree."""
+
+    def finalize_options(self) -> None:
+        super().finalize_options()
+        if self.parallel is None:
+            jobs = os.environ.get("VLLM_SENTINEL_BUILD_JOBS", "")
+            self.parallel = int(jobs) if jobs.isdigit() else (os.cpu_count() or 1)
+
+    def run(self) -> None:
+        if self.inplace or getattr(self, "editable_mode", False):
+            print("vllm-sentinel: not compiling into the source tree (pure Python there)")
+            return
+        super().run()
+
+
+class BuildPy(build_py):
+    """``build_py`` plus ``docs/runbook.md`` as ``vllm_sentinel/runbook.md``."""
+
+    def run(self) -> None:
+        super().run()
+        if getattr(self, "editable_mode", False):
+            return  # vllm_sentinel.runbook reads docs/runbook.md of the checkout
+        target = Path(self.build_lib) / "vllm_sentinel" / "runbook.md"
+        self.copy_file(str(RUNBOOK), str(target))
+
+    def get_outputs(self, include_bytecode: bool = True) -> list[str]:
+        outputs: list[str] = super().get_outputs(include_bytecode)
+        if getattr(self, "editable_mode", False):
+            return outputs
+        return [*outputs, str(Path(self.build_lib) / "vllm_sentinel" / "runbook.md")]
+
+
+setup(ext_modules=_extensions(), cmdclass={"build_ext": BuildExt, "build_py": BuildPy})

@@ -25,11 +25,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from vllm_sentinel.hints import CAUSE_HINTS, RUNBOOK_URL  # noqa: E402
+from vllm_sentinel.hints import CAUSE_HINTS  # noqa: E402
 
 RULES = ROOT / "deploy" / "prometheus" / "vllm-sentinel-rules.yml"
 MARKER = "# hint: generated from vllm_sentinel/hints.py by scripts/build-alert-hints.py"
 WIDTH = 100
+# The runbook's address, as every alert's runbook_url takes it: the `url` of the recording rule
+# job:vllm_sentinel_runbook_url:info (the one place it is set), else the path in the sources.
+RUNBOOK = (
+    '{{ with query "job:vllm_sentinel_runbook_url:info" }}{{ . | sortByLabel "instance" '
+    '| first | label "url" }}{{ else }}docs/runbook.md{{ end }}'
+)
 ACTION = re.compile(r"\{\{.*?\}\}")
 NBSP = "\x00"
 
@@ -39,8 +45,8 @@ ALERTS: dict[str, tuple[str, str, str, str]] = {
     "VllmCrashLooping": (
         ".Labels.cause",
         ".Labels.phase",
-        '{{- with printf "vllm_sentinel_unit_last_crash_info{instance=%q,host=%q,unit=%q}" '
-        "$labels.instance $labels.host $labels.unit | query }}{{ with first . }}",
+        '{{- with printf "vllm_sentinel_unit_last_crash_info{job=%q,host=%q,unit=%q}" '
+        "$labels.job $labels.host $labels.unit | query }}{{ with first . }}",
         "{{ end }}{{ end }}",
     ),
 }
@@ -71,7 +77,7 @@ def _branches(cause: str, phase: str) -> list[str]:
         keyword = "if" if not branches else "else if"
         branches.append(f'{{{{- {keyword} eq {cause} "{name}" }}}}{body}')
     branches.append(
-        f"{{{{- else }}}}{fallback}{{{{ end }}}} Runbook: {RUNBOOK_URL}#{{{{ {cause} }}}}"
+        f"{{{{- else }}}}{fallback}{{{{ end }}}} Runbook: {RUNBOOK}#{{{{ {cause} }}}}"
     )
     return branches
 

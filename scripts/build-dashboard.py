@@ -18,6 +18,10 @@ Layout, for a person paged at night (top to bottom):
 4. phase durations of recent starts against the usual, startup duration, current incarnations;
 5. collector health: collectors up, reconnects, records read and skipped, sentinel targets.
 
+The runbook's address is an import input (`VAR_RUNBOOK_URL`, default: the copy the daemon serves
+at http://127.0.0.1:9842/runbook) kept in the hidden constant `runbook_url`: the dashboard link
+and the "Last crash cause" panel's link to the cause's section use it.
+
 Conventions: the datasource is the `${datasource}` variable; every selector filters with
 `host=~"$host"` (and `unit=~"$unit"` for unit metrics), so multi-value and "All" work; the
 `host_unit:*` and `host_gpu:*` series are recorded by deploy/prometheus/vllm-sentinel-rules.yml.
@@ -48,7 +52,12 @@ from grafana_foundation_sdk.models import prometheus as prometheus_model
 
 ROOT = Path(__file__).resolve().parent.parent
 OUTPUT = ROOT / "deploy" / "grafana" / "vllm-sentinel.json"
-RUNBOOK = "https://github.com/vllm-sentinel/vllm-sentinel/blob/main/docs/runbook.md"
+# The runbook's address is asked at import (Grafana's "import" dialog shows the __inputs entry
+# with this default: the copy a daemon with the default listen address serves) and kept in the
+# hidden constant variable runbook_url, which the dashboard link and the crash-cause links use.
+RUNBOOK_INPUT = "VAR_RUNBOOK_URL"
+RUNBOOK_DEFAULT = "http://127.0.0.1:9842/runbook"
+RUNBOOK = "${runbook_url}"
 
 DATASOURCE = model.DataSourceRef(type_val="prometheus", uid="${datasource}")
 HOST = 'host=~"$host"'
@@ -328,6 +337,13 @@ def _unit_row(ids: _Ids, builder: dashboard.Dashboard) -> dashboard.Dashboard:
                 "{{cause}}",
                 instant=True,
             )
+        )
+        .data_links(
+            [
+                dashboard.DashboardLink("Runbook: ${__field.labels.cause}")
+                .url(RUNBOOK + "#${__field.labels.cause}")
+                .target_blank(True)
+            ]
         )
         .unit("none")
         .no_value("no crash")
@@ -1075,7 +1091,18 @@ def _variables(builder: dashboard.Dashboard) -> dashboard.Dashboard:
         .all_value(".+")
         .current(model.VariableOption(selected=True, text="All", value="$__all"))
     )
-    return builder.with_variable(datasource).with_variable(host).with_variable(unit)
+    runbook = (
+        dashboard.ConstantVariable("runbook_url")
+        .label("Runbook")
+        .description("Base URL of the runbook (docs/runbook.md), asked at import.")
+        .value("${" + RUNBOOK_INPUT + "}")
+    )
+    return (
+        builder.with_variable(datasource)
+        .with_variable(host)
+        .with_variable(unit)
+        .with_variable(runbook)
+    )
 
 
 def build_dashboard() -> dict[str, Any]:
@@ -1134,6 +1161,16 @@ def build_dashboard() -> dict[str, Any]:
                 }
             )
     document["id"] = None
+    document["__inputs"] = [
+        {
+            "name": RUNBOOK_INPUT,
+            "type": "constant",
+            "label": "Runbook URL",
+            "value": RUNBOOK_DEFAULT,
+            "description": "Where docs/runbook.md is served: a vllm-sentinel's /runbook "
+            "(default: the daemon's default address), or your own copy.",
+        }
+    ]
     return document
 
 

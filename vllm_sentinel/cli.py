@@ -11,6 +11,7 @@ import base64
 import contextlib
 import http.client
 import os
+import shutil
 import signal
 import socket
 import ssl
@@ -103,12 +104,13 @@ def replay_command(
 ) -> None:
     """Replay recorded logs (FILE… or - for stdin) and print each unit's timeline and verdict.
 
-    A FILE is anything that can be opened and read: a file, a named pipe, ``<(cmd)``,
-    ``/dev/stdin``; gzip, xz, zstd and bzip2 data is decompressed (told by its first bytes, not
-    its name). Journal JSON keeps its units; each plain-text file is one unit (``vllm``, or the
-    file's name when several are given). A missing path, a directory, an input that cannot be
-    opened or read, corrupt compressed data or binary data (not a log) is one line on stderr
-    and exit status 2, with no timeline.
+    A FILE is anything that can be opened and read: a file, a named pipe, <(cmd), /dev/stdin;
+    gzip, xz, zstd and bzip2 data is decompressed (told by its first bytes, not its name).
+    Journal JSON keeps its units; each plain-text file is one unit (named "vllm", or after the
+    file when several are given). A missing path, a directory, an input that cannot be opened
+    or read, corrupt compressed data or binary data (not a log) is one line on stderr and exit
+    status 2, with no timeline. On a terminal, verdicts are wrapped to its width; --output json
+    keeps every message whole.
     """
     from vllm_sentinel.inputs import InputError, read_input
 
@@ -131,10 +133,34 @@ def replay_command(
         document["skipped"] = dict(result.skipped)
         click.echo(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode())
     else:
-        click.echo(render_text(result.units), nl=False)
+        click.echo(render_text(result.units, width=_terminal_width()), nl=False)
         if result.skipped:
             detail = ", ".join(f"{k}={v}" for k, v in sorted(result.skipped.items()))
             click.echo(f"skipped input: {detail}")
+
+
+def _terminal_width() -> int | None:
+    """Columns to wrap verdicts to: the terminal's, or ``$COLUMNS``; ``None`` for a pipe."""
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdecimal() and int(columns) > 0:
+        return int(columns)
+    if sys.stdout.isatty():
+        return shutil.get_terminal_size().columns
+    return None
+
+
+def _self_command() -> str:
+    """How the user ran this program, for commands we suggest (``.venv/bin/vllm-sentinel``)."""
+    program = sys.argv[0] if sys.argv else ""
+    if Path(program).name == "__main__.py":
+        return f"{Path(sys.executable).name} -m vllm_sentinel"
+    found = shutil.which("vllm-sentinel")
+    if found and program and Path(found).resolve() == Path(program).resolve():
+        return "vllm-sentinel"
+    return program or "vllm-sentinel"
+
+
+_LOG_LEVELS = click.Choice(["debug", "info", "warning", "error"], case_sensitive=False)
 
 
 def _setup_logging(log_format: str, log_level: str) -> None:
@@ -156,28 +182,35 @@ def _setup_logging(log_format: str, log_level: str) -> None:
 @click.option(
     "--log-format", type=click.Choice(["console", "json"]), default="console", show_default=True
 )
+@click.option("--log-level", default="info", show_default=True, type=_LOG_LEVELS)
 @click.option(
-    "--log-level",
-    default="info",
-    show_default=True,
-    type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
+    "--listen",
+    default=None,
+    metavar="HOST:PORT",
+    help="Serve here instead of the config's exporter.listen (also across reloads).",
 )
-def run_command(config_path: str | None, log_format: str, log_level: str) -> None:
+def run_command(
+    config_path: str | None, log_format: str, log_level: str, listen: str | None
+) -> None:
     """Run the monitoring daemon: follow journals, poll GPUs, serve /metrics and /status."""
+    if listen is not None:
+        _check_listen_option(listen)
     _setup_logging(log_format, log_level)
     try:
         config = load_config(config_path) if config_path else default_config()
     except ConfigError as error:
         click.echo(f"vllm-sentinel: invalid config: {error}", err=True)
         sys.exit(2)
-    for warning in config.warnings:
-        structlog.get_logger("vllm_sentinel.cli").warning("config_warning", detail=warning)
     from vllm_sentinel.daemon import Daemon
 
+    daemon = Daemon(config, config_path, listen=listen)
+    for warning in daemon.config.warnings:  # with --listen in place
+        structlog.get_logger("vllm_sentinel.cli").warning("config_warning", detail=warning)
     try:
-        status = asyncio.run(Daemon(config, config_path).run())
+        status = asyncio.run(daemon.run())
     except OSError as error:
-        click.echo(f"vllm-sentinel: cannot serve on {config.exporter.listen}: {error}", err=True)
+        where = listen or config.exporter.listen
+        click.echo(f"vllm-sentinel: cannot serve on {where}: {error}", err=True)
         sys.exit(1)
     except ConfigError as error:
         click.echo(f"vllm-sentinel: {error}", err=True)
@@ -197,6 +230,139 @@ def check_config_command(path: str) -> None:
         sys.exit(2)
 
 
+@cli.command("init-config")
+@click.option(
+    "--ssh",
+    "ssh_hosts",
+    multiple=True,
+    metavar="[USER@]HOST[:PORT]",
+    help="Add a remote host read over SSH (repeat for more); its host key must be in "
+    "--known-hosts.",
+)
+@click.option(
+    "--known-hosts",
+    default="/etc/vllm-sentinel/known_hosts",
+    show_default=True,
+    help="known_hosts file the daemon checks remote host keys against.",
+)
+@click.option(
+    "--keyscan",
+    is_flag=True,
+    help="Fetch missing host keys with ssh-keyscan, append them to --known-hosts and print "
+    "their fingerprints (trust on first use: compare them with the hosts' own).",
+)
+@click.option(
+    "--client-key",
+    "client_keys",
+    multiple=True,
+    metavar="PATH",
+    help="Private key the daemon logs in to remote hosts with (repeatable).",
+)
+@click.option("--no-local", is_flag=True, help="Leave this machine out (a central instance).")
+@click.option(
+    "--journalctl-arg",
+    "journalctl_args",
+    multiple=True,
+    metavar="ARG",
+    help="Option choosing this machine's journal, e.g. --journalctl-arg=--directory=DIR.",
+)
+@click.option(
+    "--listen", default="127.0.0.1:9842", show_default=True, help="Exporter address, HOST:PORT."
+)
+@click.option("--shard", default="1/1", show_default=True, help="This instance's shard, i/n.")
+@click.option(
+    "--output",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write here (mode 0640) instead of stdout; an existing file is kept unless --force.",
+)
+@click.option("--force", is_flag=True, help="Overwrite --output if it exists.")
+def init_config_command(
+    ssh_hosts: tuple[str, ...],
+    known_hosts: str,
+    keyscan: bool,
+    client_keys: tuple[str, ...],
+    no_local: bool,
+    journalctl_args: tuple[str, ...],
+    listen: str,
+    shard: str,
+    output: str | None,
+    force: bool,
+) -> None:
+    """Write a starting config for this machine: its vLLM units, its GPUs, SSH hosts.
+
+    Looks for vLLM services in the journal (names matching vllm*, and any unit that logged
+    vLLM's version banner in the last 7 days) and in systemd (systemctl list-units and
+    list-unit-files 'vllm*'), and loads NVML for the GPUs. A step that cannot run is named
+    in a comment of the output. Each --ssh host's key must already be in --known-hosts, or
+    --keyscan fetches it. The output passes check-config. Exit status 2 with one line on
+    stderr when a host key is missing, an option is invalid or --output exists.
+    """
+    from vllm_sentinel import init_config
+
+    try:
+        targets = [init_config.parse_ssh_target(text) for text in ssh_hosts]
+        if no_local and not targets:
+            raise init_config.InitConfigError("--no-local needs at least one --ssh host")
+        if output is not None and not force and os.path.lexists(output):
+            raise init_config.InitConfigError(f"{output} exists (--force overwrites it)")
+        for target in targets:
+            try:
+                init_config.check_known_host(target, known_hosts)
+            except init_config.InitConfigError:
+                if not keyscan:
+                    raise
+                for fingerprint in init_config.keyscan(target, known_hosts):
+                    click.echo(f"{target.name}: added host key {fingerprint}", err=True)
+                init_config.check_known_host(target, known_hosts)
+        now = datetime.now(UTC)
+        local = None
+        if not no_local:
+            units, notes = init_config.discover_units(journalctl_args=journalctl_args, now=now)
+            local = init_config.LocalFindings(units, notes, init_config.probe_nvml())
+        text = init_config.render_config(
+            local=local,
+            ssh_targets=targets,
+            known_hosts=known_hosts,
+            client_keys=client_keys,
+            listen=listen,
+            shard=shard,
+            journalctl_args=journalctl_args,
+            now=now,
+        )
+    except init_config.InitConfigError as error:
+        click.echo(f"vllm-sentinel: init-config: {error}", err=True)
+        sys.exit(2)
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    try:
+        _write_private(output, text)
+    except OSError as error:
+        reason = (error.strerror or str(error)).lower()
+        click.echo(f"vllm-sentinel: init-config: cannot write {output}: {reason}", err=True)
+        sys.exit(2)
+    click.echo(f"wrote {output}; check it with: vllm-sentinel check-config {output}", err=True)
+
+
+def _write_private(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` with mode 0640 (a temporary file renamed over it)."""
+    target = Path(path)
+    temporary = target.with_name(f".{target.name}.tmp")
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o640)
+    try:
+        with os.fdopen(descriptor, "w", encoding="utf-8") as stream:
+            stream.write(text)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.chmod(temporary, 0o640)  # whatever the umask
+        os.replace(temporary, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            temporary.unlink()
+        raise
+
+
 @cli.command("demo")
 @click.option("--listen", default="127.0.0.1:9842", show_default=True, help="host:port to serve.")
 @click.option(
@@ -212,21 +378,24 @@ def check_config_command(path: str) -> None:
     default=None,
     help="Stop after this many seconds (default: run until Ctrl-C).",
 )
-def demo_command(listen: str, speed: float, duration: float | None) -> None:
+@click.option("--log-level", default="warning", show_default=True, type=_LOG_LEVELS)
+def demo_command(listen: str, speed: float, duration: float | None, log_level: str) -> None:
     """Play bundled real-shaped incidents through the engine and serve their metrics."""
-    from vllm_sentinel.config import parse_listen_address
     from vllm_sentinel.demo import run_demo
 
-    try:
-        host, port = parse_listen_address(listen)
-    except ValueError as error:
-        click.echo(f"vllm-sentinel: --listen: {error}", err=True)
-        sys.exit(2)
-    _setup_logging("console", "warning")
+    host, port = _check_listen_option(listen)
+    _setup_logging("console", log_level)
     try:
         asyncio.run(
             _until_signal(
-                run_demo(host, port, speed=speed, duration_seconds=duration, announce=click.echo)
+                run_demo(
+                    host,
+                    port,
+                    speed=speed,
+                    duration_seconds=duration,
+                    announce=click.echo,
+                    command=_self_command(),
+                )
             )
         )
     except KeyboardInterrupt:  # before the handlers were in place
@@ -234,6 +403,17 @@ def demo_command(listen: str, speed: float, duration: float | None) -> None:
     except OSError as error:
         click.echo(f"vllm-sentinel: cannot serve on {listen}: {error}", err=True)
         sys.exit(1)
+
+
+def _check_listen_option(listen: str) -> tuple[str, int]:
+    """Split ``--listen HOST:PORT``, or exit 2 with one line saying what is wrong."""
+    from vllm_sentinel.config import parse_listen_address
+
+    try:
+        return parse_listen_address(listen)
+    except ValueError as error:
+        click.echo(f"vllm-sentinel: --listen: {error}", err=True)
+        sys.exit(2)
 
 
 PASSWORD_ENV = "VLLM_SENTINEL_PASSWORD"  # noqa: S105  (a variable's name, not a password)

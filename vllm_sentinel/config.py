@@ -33,6 +33,7 @@ Rules worth knowing (``config.example.toml`` documents every key):
 from __future__ import annotations
 
 import difflib
+import hashlib
 import ipaddress
 import os
 import re
@@ -83,6 +84,8 @@ __all__ = [
     "load_config",
     "parse_config",
     "parse_listen_address",
+    "parse_shard",
+    "shard_of",
     "validate_unit_pattern",
 ]
 
@@ -141,6 +144,7 @@ _INHERITED_KEYS = (  # besides stall_threshold_seconds, merged
     "slow_floor_seconds",
 )
 _DEFAULT_GPU_POLL_INTERVAL_SECONDS = 2.0
+_MAX_SHARDS = 1024
 
 # Scalars are strict (TOML "600" is not a number, 1 is not true); arrays and enums come from TOML
 # as lists and strings, so those fields relax strictness for themselves only.
@@ -281,6 +285,43 @@ def parse_listen_address(value: str) -> tuple[str, int]:
 
 def _check_listen(value: str) -> str:
     parse_listen_address(value)
+    return value
+
+
+def parse_shard(value: str) -> tuple[int, int]:
+    """Split ``"i/n"`` (this instance is shard ``i`` of ``n``, ``1 <= i <= n <= 1024``).
+
+    Raises:
+        ValueError: the text is not ``i/n`` with those bounds.
+    """
+    index_text, slash, count_text = value.partition("/")
+    numbers = (index_text, count_text)
+    if not slash or not all(text.isascii() and text.isdigit() for text in numbers):
+        raise ValueError(f'{value!r}: expected "i/n", e.g. "1/3" (this instance is shard 1 of 3)')
+    index, count = int(index_text), int(count_text)
+    if not 1 <= count <= _MAX_SHARDS:
+        raise ValueError(f"{value!r}: the number of shards must be 1-{_MAX_SHARDS}")
+    if not 1 <= index <= count:
+        raise ValueError(f"{value!r}: the shard must be 1-{count}")
+    return index, count
+
+
+def shard_of(host_name: str, count: int) -> int:
+    """The shard (1 to ``count``) that watches ``host_name``: rendezvous hashing of the name.
+
+    Each shard ``j`` scores the name with SHA-256 of ``"j/name"``; the highest score wins. The
+    result depends on the name and ``count`` only (the same in every instance and every run),
+    and going from ``n`` to ``n + 1`` shards moves only the hosts the new shard wins: about
+    ``1 / (n + 1)`` of them.
+    """
+    return max(
+        range(1, count + 1),
+        key=lambda shard: hashlib.sha256(f"{shard}/{host_name}".encode()).digest(),
+    )
+
+
+def _check_shard(value: str) -> str:
+    parse_shard(value)
     return value
 
 
@@ -591,6 +632,7 @@ class Config(BaseModel):
 
     model_config = _MODEL_CONFIG
 
+    shard: Annotated[str, AfterValidator(_check_shard)] = "1/1"
     exporter: ExporterConfig = ExporterConfig()
     defaults: DefaultsConfig = DefaultsConfig()
     hosts: tuple[HostConfig, ...] = Field(default_factory=_default_hosts, strict=False)
@@ -649,9 +691,26 @@ class Config(BaseModel):
         return self
 
     @property
+    def watched_hosts(self) -> tuple[HostConfig, ...]:
+        """The hosts this instance watches: those of its ``shard`` (all of them with ``1/1``).
+
+        Instances sharing one host list with ``shard = "1/n"`` … ``"n/n"`` watch each host
+        exactly once (``shard_of``).
+        """
+        index, count = parse_shard(self.shard)
+        if count == 1:
+            return self.hosts
+        return tuple(host for host in self.hosts if shard_of(host.name, count) == index)
+
+    @property
     def warnings(self) -> tuple[str, ...]:
         """Accepted but risky settings, one sentence each, for logs and ``check-config``."""
         found: list[str] = []
+        if not self.watched_hosts:
+            found.append(
+                f"shard = {self.shard!r} watches none of the {len(self.hosts)} hosts: "
+                "this instance serves no unit"
+            )
         for index, host in enumerate(self.hosts):
             if host.address is not None and host.insecure_accept_any_host_key:
                 found.append(
@@ -864,5 +923,11 @@ def check_config(path: str | os.PathLike[str]) -> list[str]:
             user = f"{host.user}@" if host.user else ""
             where = f"ssh {user}{host.address}:{host.port}"
         lines.append(f"  {host.name}: {where}, gpu {host.gpu}, units {', '.join(host.units)}")
+    if config.shard != "1/1":
+        watched = [host.name for host in config.watched_hosts]
+        lines.append(
+            f"shard {config.shard}: watches {len(watched)} of {len(config.hosts)} hosts"
+            + (f": {', '.join(watched)}" if watched else "")
+        )
     lines += [f"warning: {text}" for text in (*config.warnings, *_missing_files(config))]
     return lines

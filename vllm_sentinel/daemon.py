@@ -100,7 +100,7 @@ def effective_ssh_settings(host: HostConfig) -> SshSettings | None:
 
 def tick_interval_seconds(config: Config) -> float:
     """How often time passes for the Monitor (and the latest state is published)."""
-    shortest = min((host.gpu_poll_interval_seconds for host in config.hosts), default=4.0)
+    shortest = min((host.gpu_poll_interval_seconds for host in config.watched_hosts), default=4.0)
     return min(_MAX_TICK_SECONDS, shortest / 4)
 
 
@@ -161,6 +161,8 @@ class Daemon:
         config: the validated configuration.
         config_path: the file to re-read on SIGHUP (``None``: reload is refused).
         clock: wall clock (UTC).
+        listen: ``host:port`` that replaces ``exporter.listen`` of this config and of every
+            config reloaded (``run --listen``); ``None`` keeps the config's.
     """
 
     def __init__(
@@ -169,7 +171,10 @@ class Daemon:
         config_path: str | os.PathLike[str] | None = None,
         *,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        listen: str | None = None,
     ) -> None:
+        self._listen = listen
+        config = self._with_overrides(config)
         self.config = config
         self._config_path = config_path
         self._clock = clock
@@ -177,7 +182,7 @@ class Daemon:
         self._cursors = CursorStore(state_directory)
         self.history = HistoryStore(Path(state_directory) / "history")
         self.monitor = Monitor(
-            [host_plan(host, config) for host in config.hosts],
+            [host_plan(host, config) for host in config.watched_hosts],
             clock=clock,
             cursors=self._cursors,
             history=self.history,
@@ -191,11 +196,30 @@ class Daemon:
         self._reload = asyncio.Event()
         self.http: ServerHandle | None = None
 
+    def _with_overrides(self, config: Config) -> Config:
+        """``config`` with the command line's ``--listen`` in place of ``exporter.listen``."""
+        if self._listen is None or self._listen == config.exporter.listen:
+            return config
+        exporter = config.exporter.model_copy(update={"listen": self._listen})
+        return config.model_copy(update={"exporter": exporter})
+
     def status(self) -> dict[str, Any]:
-        """The ``/status`` document: units (as ``replay --output json``), hosts, collectors."""
+        """The ``/status`` document: units (as ``replay --output json``), hosts, collectors.
+
+        Each host also carries ``unit_patterns`` (its configured names and globs) and
+        ``units_followed`` (the units those resolved to in its journal, empty until found).
+        """
         document = status_document(self.monitor.latest)
         document["version"] = __version__
         document["config"] = self.config.redacted()
+        # what each host looks for and finds, so that "no units" can say why (``status``)
+        hosts = {host.name: host for host in self.config.watched_hosts}
+        runners = dict(self._runners)
+        for entry in document["hosts"]:
+            if (host := hosts.get(entry["host"])) is not None:
+                entry["unit_patterns"] = list(host.units)
+            if (runner := runners.get(entry["host"])) is not None:
+                entry["units_followed"] = list(runner.follower.units)
         return document
 
     def request_stop(self) -> None:
@@ -218,14 +242,14 @@ class Daemon:
             "daemon_started",
             version=__version__,
             listen=f"{self.http.host}:{self.http.port}",
-            hosts=[host.name for host in self.config.hosts],
+            hosts=[host.name for host in self.config.watched_hosts],
         )
         try:
             async with asyncio.TaskGroup() as group:
                 monitor = group.create_task(self.monitor.run(self._queue))
                 ticker = group.create_task(self._tick())
                 flusher = group.create_task(self._flush_cursors())
-                for host in self.config.hosts:
+                for host in self.config.watched_hosts:
                     self._start_host(host)
                 waiter = group.create_task(self._wait_for_stop())
                 await waiter
@@ -238,7 +262,13 @@ class Daemon:
             await self.history.flush()
             if self.http is not None:
                 await asyncio.to_thread(self.http.shutdown)
-            _log.info("daemon_stopped", cursors_saved=written)
+            _log.info(
+                "daemon_stopped",
+                cursors_written_at_stop=written,  # 0 when the periodic flush had saved them all
+                cursors_stored=sum(
+                    1 for host in self.config.watched_hosts if self._cursors.load(host.name)
+                ),
+            )
         return 0
 
     async def _wait_for_stop(self) -> None:
@@ -390,7 +420,7 @@ class Daemon:
             _log.warning("config_reload_refused", reason="the daemon runs without a config file")
             return False
         try:
-            config = await asyncio.to_thread(load_config, self._config_path)
+            config = self._with_overrides(await asyncio.to_thread(load_config, self._config_path))
         except ConfigError as error:
             _log.error(
                 "config_reload_failed",
@@ -418,13 +448,14 @@ class Daemon:
                 keys=needs_restart,
                 detail="these settings take effect at the next restart",
             )
-        old = {host.name: host for host in self.config.hosts}
-        new = {host.name: host for host in config.hosts}
+        old = {host.name: host for host in self.config.watched_hosts}
+        new = {host.name: host for host in config.watched_hosts}
         changed = [name for name in old if name not in new or old[name] != new[name]]
         await self._stop_hosts(changed)
         self.config = config
         self.monitor.reconfigure(
-            [host_plan(host, config) for host in config.hosts], config.defaults.benign_patterns
+            [host_plan(host, config) for host in config.watched_hosts],
+            config.defaults.benign_patterns,
         )
         for name, host in new.items():
             if name not in self._runners:

@@ -419,6 +419,7 @@ async def run_demo(
     speed: float = 1.0,
     duration_seconds: float | None = None,
     announce: Callable[[str], None] = print,
+    command: str = "vllm-sentinel",
 ) -> None:
     """Serve the exporter while the incidents play, until cancelled or ``duration_seconds``.
 
@@ -428,7 +429,8 @@ async def run_demo(
             (10 s of real time for ``loading_weights`` at speed 1), its slow rule's floor
             (2 s) and the Llama unit's history shrink by the same factor.
         duration_seconds: stop after this long (``None``: until cancelled).
-        announce: where the "curl this" lines go.
+        announce: where the "try this" lines go.
+        command: how the user runs vllm-sentinel (``.venv/bin/vllm-sentinel``), for those lines.
 
     Raises:
         OSError: the address cannot be bound.
@@ -482,8 +484,9 @@ async def run_demo(
         r"slow\{.*\} 1|startup_eta_seconds)"
     )
     announce(f"  page:    {url}/   (open it in a browser: hosts, units, crashes with fixes)")
+    announce(f"  units:   {command} status --url {url}")
+    announce(f"  all:     {command} status --url {url} --json")
     announce(f"  metrics: curl -s {url}/metrics | grep -E '{wanted}'")
-    announce(f"  status:  curl -s {url}/status   (or: vllm-sentinel status --url {url})")
     kimi = f"{url}/units/{DEMO_HOST}/vllm-kimi-k25.service"
     announce(f"  startup: curl -s {kimi}   (200 once ready; 503 starting, 500 crashed)")
     announce(f"           until curl -fs -o /dev/null {kimi}; do sleep 2; done; echo ready")

@@ -49,8 +49,10 @@ __all__ = [
 RUNBOOK_PATH = "docs/runbook.md"
 """Where the runbook lives in the repository; hints link ``RUNBOOK_PATH#<cause>``."""
 
-RUNBOOK_URL = "https://github.com/vllm-sentinel/vllm-sentinel/blob/main/docs/runbook.md"
-"""The published runbook (the alert rules' ``runbook_url`` use the same)."""
+RUNBOOK_URL = "runbook"
+"""The runbook the status page links into: the daemon's own ``/runbook`` (docs/runbook.md as
+HTML), relative to the page so that a reverse proxy's path prefix is kept. The alert rules take
+theirs from the recording rule ``job:vllm_sentinel_runbook_url:info``."""
 
 _MAX_FIELD = 120  # characters of one value taken from a log message into a hint
 _MAX_HOLDERS = 3  # other GPU processes named in a hint

@@ -3,7 +3,8 @@
 Paths: ``/metrics`` (prometheus_client's WSGI app over our registry: text 0.0.4, or OpenMetrics
 when the ``Accept`` header asks, gzip when accepted), ``/status`` (JSON from a callable),
 ``/units`` and ``/units/{host}/{unit}`` (the startup endpoint, ``readiness.py``: 200 ready, 503
-starting/unhealthy/stopped, 500 crashed, 404 unknown unit), ``/healthz`` (``ok``), ``/`` (the
+starting/unhealthy/stopped, 500 crashed, 404 unknown unit), ``/healthz`` (``ok``), ``/runbook``
+(docs/runbook.md as HTML, ``vllm_sentinel.runbook``: the alerts' and the page's links), ``/`` (the
 status page, ``page.render_page`` over the ``/status`` document; ``/?part=main`` is the part its
 script refreshes) and ``/static/…`` (the page's CSS and script, package data: no CDN).
 Everything but ``/healthz`` sits behind basic auth when users are configured. HTML answers carry
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
 import hmac
 import json
@@ -59,9 +61,9 @@ import yaml  # type: ignore[import-untyped, unused-ignore]  # types-PyYAML optio
 from prometheus_client.registry import CollectorRegistry
 
 from vllm_sentinel import __version__
+from vllm_sentinel.hints import RUNBOOK_URL
 from vllm_sentinel.errors import ConfigError
 from vllm_sentinel.exporter import make_metrics_app
-from vllm_sentinel.hints import RUNBOOK_URL
 from vllm_sentinel.page import REFRESH_SECONDS, render_main, render_page
 from vllm_sentinel.readiness import HTTP_STATUS, UnitState, find_unit, units_document
 from vllm_sentinel.snapshot import Snapshot
@@ -69,6 +71,7 @@ from vllm_sentinel.snapshot import Snapshot
 __all__ = [
     "DEFAULT_LISTEN_HOST",
     "REALM",
+    "RUNBOOK_PATH",
     "BasicAuthenticator",
     "ServerHandle",
     "TlsServerConfig",
@@ -86,6 +89,9 @@ REALM = "vllm-sentinel"
 """The basic-auth realm sent with 401 answers."""
 
 _log = structlog.get_logger("vllm_sentinel.http")
+
+RUNBOOK_PATH = "/runbook"
+"""Where the daemon serves docs/runbook.md (the alerts' and the dashboard's default link)."""
 
 _BCRYPT_HASH = re.compile(r"\$2[abxy]?\$\d{2}\$[./A-Za-z0-9]{53}")
 # A valid cost-10 hash of a throwaway password: checked against for unknown users so that an
@@ -312,6 +318,15 @@ _PAGE_HEADERS = (
     ("Referrer-Policy", "no-referrer"),
 )
 _MIN_REFRESH, _MAX_REFRESH = 1.0, 300.0
+# the runbook page: our own Markdown, no script at all, its one inline style block
+_RUNBOOK_HEADERS = (
+    (
+        "Content-Security-Policy",
+        "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'; "
+        "frame-ancestors 'none'",
+    ),
+    ("Referrer-Policy", "no-referrer"),
+)
 
 
 def _static_files() -> dict[str, tuple[bytes, str]]:
@@ -360,18 +375,21 @@ def make_app(
     snapshot: Callable[[], Snapshot] | None = None,
     runbook_url: str = RUNBOOK_URL,
 ) -> WSGIApplication:
-    """Make the WSGI app serving ``/metrics``, ``/status``, ``/units``, ``/healthz``, ``/`` and
-    ``/static``.
+    """Make the WSGI app serving ``/metrics``, ``/status``, ``/units``, ``/healthz``,
+    ``/runbook``, ``/`` and ``/static``.
 
     Args:
         registry: the registry ``/metrics`` renders (``exporter.make_registry``).
         status: returns the ``/status`` document (JSON-ready); the page renders it too.
         authenticator: basic auth for every path but ``/healthz``; ``None`` for none.
         snapshot: returns the latest snapshot, for ``/units`` (``None``: those paths are 404).
-        runbook_url: the runbook the page's crash causes link into (``#<cause>``).
+        runbook_url: the runbook the page's crash causes link into (``#<cause>``); by default
+            this daemon's own ``/runbook``, relative to the page (so a path prefix of a
+            reverse proxy is kept).
     """
     metrics_app = make_metrics_app(registry)  # prometheus_client's app, GETs rendered directly
     static = _static_files()
+    runbook_page = functools.cache(_runbook_page)  # rendered once, on the first request
 
     def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         path = environ.get("PATH_INFO") or "/"
@@ -389,7 +407,8 @@ def make_app(
             return metrics_app(environ, start_response)
         is_units = snapshot is not None and (path == "/units" or path.startswith("/units/"))
         asset = static.get(path.removeprefix("/static/")) if path.startswith("/static/") else None
-        if path not in ("/", "/healthz", "/status") and not is_units and asset is None:
+        known = path in ("/", "/healthz", "/status", RUNBOOK_PATH) or is_units
+        if not known and asset is None:
             return _respond(environ, start_response, "404 Not Found", b"Not Found\n")
         if method not in ("GET", "HEAD"):
             return _respond(
@@ -403,6 +422,16 @@ def make_app(
             return _respond(environ, start_response, "200 OK", b"ok\n")
         if is_units and snapshot is not None:
             return _units(environ, start_response, path, snapshot())
+        if path == RUNBOOK_PATH:
+            status_line, body, content_type = runbook_page()
+            return _respond(
+                environ,
+                start_response,
+                status_line,
+                body,
+                content_type=content_type,
+                extra=_RUNBOOK_HEADERS,
+            )
         if path == "/status":
             body = json.dumps(dict(status()), ensure_ascii=False).encode("utf-8")
             return _respond(
@@ -469,6 +498,18 @@ def _units(
         _json(document),
         content_type="application/json",
     )
+
+
+def _runbook_page() -> tuple[str, bytes, str]:
+    """The ``/runbook`` answer: the rendered page, or 404 saying why there is none."""
+    from vllm_sentinel.runbook import RunbookMissingError, read_runbook, render_runbook
+
+    try:
+        return "200 OK", render_runbook(read_runbook()), "text/html; charset=utf-8"
+    except RunbookMissingError as error:
+        _log.warning("runbook_missing", detail=str(error))
+        body = f"No runbook in this installation: {error}\n".encode()
+        return "404 Not Found", body, "text/plain; charset=utf-8"
 
 
 # --------------------------------------------------------------------------- server

@@ -289,7 +289,7 @@ class JournalFollower:
         reconnects = previous.reconnects_total + (1 if up and previous.since is not None else 0)
         self._state = CollectorState(up, self._clock(), reason, reconnects)
         if up:
-            _log.info("journal_collector_up", host=self.host, cursor=self._cursor is not None)
+            _log.info("journal_collector_up", host=self.host, cursor_known=self._cursor is not None)
         else:
             _log.warning("journal_collector_down", host=self.host, reason=reason, detail=detail)
 
@@ -499,7 +499,8 @@ class JournalFollower:
             "journal_backfill_started",
             host=self.host,
             since=datetime.fromtimestamp(start, UTC).isoformat(),
-            from_cursor=use_cursor,
+            # the window's start, or the stored cursor when that is older (nothing skipped)
+            reads_from="stored_cursor" if use_cursor else "window_start",
         )
         try:
             await self._pump(argv, emit, backfill=True, resume=stored if use_cursor else None)

@@ -33,6 +33,7 @@ document (``eta.compare_startup``: the same model's, else any model's).
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
@@ -283,12 +284,35 @@ def _eta_line(unit: UnitSnapshot) -> str | None:
     )
 
 
-def render_text(units: Iterable[UnitSnapshot], now: datetime | None = None) -> str:
+def _wrapped(line: str, width: int | None) -> list[str]:
+    """``line`` indented by 4, or wrapped to ``width`` with continuations indented by 6."""
+    if width is None:
+        return [f"    {line}"]
+    return textwrap.wrap(
+        line,
+        width=max(width, 40),
+        initial_indent="    ",
+        subsequent_indent="      ",
+        break_on_hyphens=False,
+        break_long_words=False,  # a URL or a path stays whole
+    )
+
+
+def render_text(
+    units: Iterable[UnitSnapshot], now: datetime | None = None, *, width: int | None = None
+) -> str:
     """The human timeline: per unit, each incarnation's phases, durations and verdict.
 
     An incarnation that reached ready shows each phase's usual duration (the median of the
     earlier ready ones in the input) and its startup against the usual; the current one, when
     still starting, its ETA if there is a basis.
+
+    Args:
+        units: the units to show.
+        now: the time open phases are measured to (``None``: their last record).
+        width: wrap each verdict and hint to this many columns (a terminal's width),
+            continuation lines indented under it; ``None`` keeps each on one line (for pipes
+            and ``grep``).
     """
     out: list[str] = []
     for unit in units:
@@ -339,13 +363,13 @@ def render_text(units: Iterable[UnitSnapshot], now: datetime | None = None) -> s
                     out.append(f"      … and {item.benign_errors - len(item.benign_lines)} more")
             current = item is unit.current
             slow = unit.usual_phase_seconds if current and unit.slow else None
-            out.append(f"    verdict: {verdict(item, now, slow)}")
+            out += _wrapped(f"verdict: {verdict(item, now, slow)}", width)
             eta = _eta_line(unit) if current else None
             if eta is not None:
                 out.append(eta)
             if item.crash is not None:
                 hint = hint_for(item.crash)
-                out.append(f"    hint: {hint.text} (see {hint.runbook})")
+                out += _wrapped(f"hint: {hint.text} (see {hint.runbook})", width)
         out.append("")
     return "\n".join(out).rstrip() + "\n" if out else "no vLLM records found\n"
 
@@ -406,6 +430,40 @@ def _eta_cell(unit: Mapping[str, Any]) -> str:
     return format_duration(float(seconds)) if isinstance(seconds, int | float) else "-"
 
 
+def _no_units(document: Mapping[str, Any]) -> list[str]:
+    """Why a daemon shows no unit: per host, what it looks for and whether it can read it.
+
+    Reads each host's ``unit_patterns`` and ``units_followed`` (``/status`` of a daemon) and its
+    journal collector; a document without them says only that no unit was seen.
+    """
+    lines = ["no units seen yet:"]
+    hosts = document.get("hosts") or []
+    if not hosts:
+        lines.append("  no host is watched (an empty shard?)")
+    for host in hosts:
+        name = host.get("host")
+        patterns = ", ".join(host.get("unit_patterns") or []) or "its units"
+        followed = host.get("units_followed") or []
+        journal = (host.get("collectors") or {}).get("journal")
+        if journal is None or journal.get("reason") == "starting":
+            lines.append(
+                f"  {name}: the journal collector is starting; it will look for {patterns}"
+            )
+        elif journal is not None and not journal.get("up"):
+            lines.append(
+                f"  {name}: the journal cannot be read ({journal.get('reason')}), so "
+                f"{patterns} cannot be looked for"
+            )
+        elif followed:
+            lines.append(
+                f"  {name}: follows {', '.join(followed)}, which logged nothing in the "
+                "backfill window yet"
+            )
+        else:
+            lines.append(f"  {name}: no unit in its journal matches {patterns} yet")
+    return lines
+
+
 def render_status(document: Mapping[str, Any]) -> str:
     """A table of a ``/status`` document: collectors per host, then one line per unit."""
     out = [f"vllm-sentinel at {document.get('at')}"]
@@ -415,6 +473,9 @@ def render_status(document: Mapping[str, Any]) -> str:
             for name, state in host.get("collectors", {}).items()
         )
         out.append(f"host {host.get('host')}: {collectors or 'no collectors'}")
+    if not document.get("units"):
+        out += _no_units(document)
+        return "\n".join(out) + "\n"
     header = (
         f"{'HOST':<16} {'UNIT':<32} {'PHASE':<22} {'OUTCOME':<8} {'STALLED':<7} {'SLOW':<4} "
         f"{'ETA':<8} LAST CRASH"

@@ -488,11 +488,16 @@ _GROUPING = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\
 _RANGE = re.compile(r"\[[^\]]*\]")
 _SELECTOR = re.compile(r"(?<![\w:.\"])([A-Za-z_:][\w:]*)\s*(\{[^}]*\})?")
 _NOT_METRICS = frozenset({"and", "or", "unless", "bool", "offset", "inf", "nan"})
+# a string argument of a function (label_replace's), not a matcher's value (those follow = or ~)
+_ARGUMENT_STRING = re.compile(r'(?<=[(,])(\s*)"[^"]*"')
+OPTIONAL_TARGET_LABELS = frozenset({"replica"})
+"""Labels the rules join on that one sentinel's target does not have (replicas carry them)."""
 
 
 def selectors(expr: str) -> list[str]:
     """The series selectors of a PromQL expression (``name`` or ``name{matchers}``)."""
     text = _RANGE.sub(" ", _GROUPING.sub(" ", _COMMENT.sub("", expr)))
+    text = _ARGUMENT_STRING.sub(r'\1""', text)
     found = []
     for match in _SELECTOR.finditer(text):
         name, matchers = match.group(1), match.group(2) or ""
@@ -519,7 +524,7 @@ def _missing_parts(prometheus: Prometheus, where: str, expr: str, labels: set[st
     ]
     problems += [
         f"{where}: label {name!r} exists on no series"
-        for name in sorted(grouping_labels(expr) - labels)
+        for name in sorted(grouping_labels(expr) - labels - OPTIONAL_TARGET_LABELS)
     ]
     return problems
 
@@ -715,6 +720,12 @@ async def test_incident_through_prometheus_and_alertmanager(
             assert crash["labels"]["message"].startswith("flashinfer-cubin version (0.6.3)")
             assert CAUSE_A in crash["annotations"]["summary"]
             assert "RuntimeError" in crash["annotations"]["description"]
+            # the runbook link: the sentinel Prometheus scrapes, its own /runbook, the anchor
+            # that page has (the recording rule job:vllm_sentinel_runbook_url:info)
+            runbook_url = crash["annotations"]["runbook_url"]
+            assert runbook_url == f"{daemon.url}/runbook#vllmcrashed"
+            page = (await daemon.get("/runbook")).decode()
+            assert '<h2 id="vllmcrashed">' in page
             (stall,) = stalled
             assert {
                 key: stall["labels"].get(key) for key in ("host", "unit", "phase", "severity")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import http.client
 import json
+import re
 import socket
 import ssl
 import urllib.error
@@ -19,9 +20,11 @@ from typing import Any
 
 import bcrypt
 import pytest
+import yaml
 
 from tests.support.snapshots import basic_snapshot
 from vllm_sentinel import http as sentinel_http
+from vllm_sentinel.causes import CrashCause
 from vllm_sentinel.errors import ConfigError
 from vllm_sentinel.exporter import SentinelCollector, make_registry
 from vllm_sentinel.http import (
@@ -35,6 +38,11 @@ from vllm_sentinel.http import (
     start_http_server,
 )
 from vllm_sentinel.report import status_document, to_json
+from vllm_sentinel.runbook import read_runbook
+
+ROOT = Path(__file__).resolve().parents[2]
+RULES = ROOT / "deploy" / "prometheus" / "vllm-sentinel-rules.yml"
+RUNBOOK_MD = ROOT / "docs" / "runbook.md"
 
 PASSWORD = "correct horse battery staple"
 
@@ -535,3 +543,44 @@ class TestLoadWebConfig:
         hashed = bcrypt_hash(PASSWORD)
         config = WebConfig(basic_auth_users={"u": hashed})
         assert hashed not in repr(config)
+
+
+class TestRunbook:
+    """``/runbook``: docs/runbook.md as HTML, with the anchors the alerts link to."""
+
+    def test_every_alert_and_cause_has_its_anchor(self) -> None:
+        """The page carries an id per alert (runbook_url) and per crash cause."""
+        rules = yaml.safe_load(RULES.read_text(encoding="utf-8"))
+        alerts = [r["alert"] for g in rules["groups"] for r in g["rules"] if "alert" in r]
+        with serving() as server:
+            reply = fetch(f"http://127.0.0.1:{server.port}/runbook")
+        assert reply.status == 200
+        assert reply.headers["Content-Type"] == "text/html; charset=utf-8"
+        page = reply.body.decode()
+        assert page.startswith("<!DOCTYPE html>") and "<title>vllm-sentinel runbook</title>" in page
+        ids = set(re.findall(r'<h[1-6] id="([^"]+)"', page))
+        assert {alert.lower() for alert in alerts} <= ids
+        assert {cause.value for cause in CrashCause} <= ids
+        assert '<a href="#crash-causes">crash causes</a>' in page
+        assert '<pre><code class="language-sh">systemctl status UNIT' in page  # fenced code
+
+    def test_it_needs_the_password_like_metrics(self, tmp_path: Path) -> None:
+        """Behind the same basic auth as /metrics and /status."""
+        config_file = tmp_path / "web.yml"
+        config_file.write_text(f"basic_auth_users:\n  prometheus: '{bcrypt_hash(PASSWORD)}'\n")
+        authenticator = BasicAuthenticator(load_web_config(config_file).basic_auth_users)
+        with serving(authenticator) as server:
+            url = f"http://127.0.0.1:{server.port}/runbook"
+            assert fetch(url).status == 401
+            assert fetch(url, headers=basic("prometheus", PASSWORD)).status == 200
+            assert fetch(url, headers=basic("prometheus", PASSWORD), method="HEAD").body == b""
+
+    def test_the_index_links_it(self) -> None:
+        """/ lists the runbook next to metrics and status."""
+        with serving() as server:
+            page = fetch(f"http://127.0.0.1:{server.port}/").body.decode()
+        assert '<a href="runbook">runbook</a>' in page
+
+    def test_read_from_the_checkout_without_a_packaged_copy(self) -> None:
+        """A checkout (or editable install) has no vllm_sentinel/runbook.md: docs/ is read."""
+        assert read_runbook() == RUNBOOK_MD.read_text(encoding="utf-8")

@@ -6,7 +6,9 @@ stops what it started in ``finally``.
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,7 @@ import pytest_asyncio
 
 from tests.conftest import require_binary
 from tests.support.journal_writer import JOURNAL_REMOTE, JournalWriter
+from tests.support.packaging import tracked_tree, wheelhouse
 from tests.support.ssh_server import OpenSshServer, SshTestServer
 
 
@@ -58,3 +61,32 @@ def openssh_server(tmp_path: Path) -> Iterator[OpenSshServer]:
         yield server
     finally:
         server.stop()
+
+
+@dataclass(frozen=True)
+class BuiltPackage:
+    """A copy of the tracked tree, and a wheelhouse with its pure wheel and every dependency."""
+
+    tree: Path
+    wheelhouse: Path
+    log: str
+
+    @property
+    def wheel(self) -> Path:
+        (wheel,) = self.wheelhouse.glob("vllm_sentinel-*.whl")
+        return wheel
+
+
+@pytest.fixture(scope="session")
+def built_package(tmp_path_factory: pytest.TempPathFactory) -> BuiltPackage:
+    """The package built once per session with ``pip wheel -v`` (as a user's pip builds it)."""
+    require_binary("git")
+    base = tmp_path_factory.mktemp("package")
+    tree = tracked_tree(base / "tree")
+    wheels = base / "wheelhouse"
+    try:
+        log = wheelhouse(wheels, tree)
+    except subprocess.CalledProcessError as error:
+        output = (error.stdout or b"").decode(errors="replace")[-3000:]
+        pytest.fail(f"pip wheel failed: {(error.stderr or b'').decode()[-3000:]}\n{output}")
+    return BuiltPackage(tree, wheels, log)

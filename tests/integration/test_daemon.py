@@ -375,7 +375,7 @@ async def test_restart_resumes_from_cursor(
                 == 1
             )
     (backfill,) = [e for e in logs if e["event"] == "journal_backfill_started"]
-    assert backfill["from_cursor"] is from_cursor
+    assert backfill["reads_from"] == ("stored_cursor" if from_cursor else "window_start")
     assert not [e for e in logs if e["event"] == "journal_cursor_unknown"]
     # shut down (as SIGTERM does): the last applied cursor was flushed
     assert stored != last

@@ -959,7 +959,8 @@ class TestConfigReload:
             (failed,) = [e for e in process.events if e.get("event") == "config_reload_failed"]
             assert failed["level"] == "error" and str(path) in failed["error"]
             (stopped,) = [e for e in process.events if e.get("event") == "daemon_stopped"]
-            assert stopped["cursors_saved"] == 2
+            assert stopped["cursors_written_at_stop"] == 2
+            assert stopped["cursors_stored"] == 1  # beta, the one host left after the reload
             assert (state / "beta.cursor").read_text().strip() == last
 
 
@@ -1077,7 +1078,7 @@ class TestUnknownCursor:
         (unknown,) = log_events(logs, "journal_cursor_unknown")
         assert unknown["action"] == "window_backfill" and unknown["host"] == "llm-two"
         (backfill,) = log_events(logs, "journal_backfill_started")
-        assert backfill["from_cursor"] is False
+        assert backfill["reads_from"] == "window_start"
         assert (state / "llm-two.cursor").read_text().strip() == applied.records[-1].cursor
 
 

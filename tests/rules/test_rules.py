@@ -13,10 +13,15 @@ import pytest
 import yaml
 
 from tests.conftest import require_binary
-from tests.support.promql import fast_rules, rule_expressions, rules
+from tests.support.promql import (
+    PER_SENTINEL_ALERTS,
+    fast_rules,
+    replicated_rule_test,
+    rule_expressions,
+    rules,
+)
 from vllm_sentinel.causes import CrashCause
 from vllm_sentinel.hints import CAUSE_HINTS, hint_for
-from vllm_sentinel.hints import RUNBOOK_URL as CAUSE_RUNBOOK
 from vllm_sentinel.phases import Phase
 from vllm_sentinel.snapshot import CrashInfo
 
@@ -25,8 +30,24 @@ RULES_PATH = ROOT / "deploy" / "prometheus" / "vllm-sentinel-rules.yml"
 PROMETHEUS_EXAMPLE = ROOT / "deploy" / "prometheus" / "prometheus.example.yml"
 ALERTMANAGER_EXAMPLE = ROOT / "deploy" / "alertmanager" / "example.yml"
 RUNBOOK = ROOT / "docs" / "runbook.md"
-RUNBOOK_URL = "https://github.com/vllm-sentinel/vllm-sentinel/blob/main/docs/runbook.md"
+RUNBOOK_RULE = "job:vllm_sentinel_runbook_url:info"
+RUNBOOK_URL = (
+    f'{{{{ with query "{RUNBOOK_RULE}" }}}}{{{{ . | sortByLabel "instance" | first | label "url" }}}}'
+    "{{ else }}docs/runbook.md{{ end }}"
+)
 TEST_FILES = sorted(Path(__file__).parent.glob("*.test.yml"))
+DEPLOYMENT = ROOT / "docs" / "deployment.md"
+TOPOLOGIES = {
+    "prometheus.example.yml": "one instance, Prometheus on the same machine",
+    "per-node.yml": "per node",
+    "central.yml": "central over SSH",
+    "sharded.yml": "shards",
+    "ha.yml": "two replicas",
+    "federation.yml": "global view by federation",
+    "remote-write.yml": "Thanos Receive or Mimir",
+}
+"""Every Prometheus config in deploy/prometheus/ and the topology it shows."""
+SINGLE_SENTINEL_TEST_FILES = [path for path in TEST_FILES if path.name != "replicas.test.yml"]
 CAUSES = [cause.value for cause in CrashCause]
 CRASH_ALERTS = ("VllmCrashed", "VllmCrashLooping")
 HINTS_BUILDER = ROOT / "scripts" / "build-alert-hints.py"
@@ -130,9 +151,101 @@ class TestAlertDefinitions:
         expressions = rule_expressions(RULES_PATH)
         assert len(expressions) == len(all_rules)
         recorded = sum(1 for rule in all_rules if "record" in rule)
-        assert expressions[0].startswith("max by (host, unit, phase) (vllm_sentinel_unit_phase)")
+        assert expressions[0].startswith("label_replace(")  # the runbook's address
+        assert expressions[1].startswith("max by (host, unit, phase) (vllm_sentinel_unit_phase)")
         assert all("vllm_sentinel" in expr or "up{" in expr for expr in expressions)
-        assert expressions[recorded].lstrip("(").strip().startswith("vllm_sentinel_unit_stalled")
+        first_alert = expressions[recorded].removeprefix("max without (instance, replica) (")
+        assert first_alert.lstrip("( \n").startswith("vllm_sentinel_unit_stalled")
+
+
+class TestReplicaShape:
+    """Every unit alert deduplicates replicas the same way (tests/rules/replicas.test.yml)."""
+
+    @pytest.mark.parametrize(
+        "alert",
+        [rule for rule in alerts() if rule["alert"].startswith("Vllm")],
+        ids=lambda rule: rule["alert"],
+    )
+    def test_joins_stay_within_one_sentinel(self, alert: dict[str, Any]) -> None:
+        """A join or aggregation by `instance` also keeps `replica`, so replicas never mix."""
+        for clause in re.findall(r"\b(?:on|by) \(([^)]*)\)", alert["expr"]):
+            labels = {label.strip() for label in clause.split(",")}
+            if "instance" in labels:
+                assert "replica" in labels, (alert["alert"], clause)
+
+    @pytest.mark.parametrize(
+        "alert",
+        [
+            rule
+            for rule in alerts()
+            if rule["alert"] not in PER_SENTINEL_ALERTS and rule["alert"] != "VllmSentinelAbsent"
+        ],
+        ids=lambda rule: rule["alert"],
+    )
+    def test_unit_alerts_take_the_max_over_replicas(self, alert: dict[str, Any]) -> None:
+        """Unit alerts are `max without (instance, replica …)` of one sentinel's verdict."""
+        assert re.match(r"max without \(instance, replica(, \w+)*\) \(", alert["expr"].strip())
+        assert "$labels.instance" not in alert["annotations"]["description"]
+
+
+class TestRunbookUrl:
+    def test_the_address_is_written_once(self) -> None:
+        """Only the runbook recording rule names an address; every alert asks that rule."""
+        every = rules(RULES_PATH)
+        (rule,) = [rule for rule in every if rule.get("record") == RUNBOOK_RULE]
+        assert '"http://$1/runbook"' in rule["expr"]
+        others = [item for item in every if item is not rule]
+        assert not [item for item in others if "http" in yaml.safe_dump(item)]
+        assert "github.com" not in RULES_PATH.read_text(encoding="utf-8")
+
+    @pytest.mark.integration
+    def test_changing_the_rule_changes_every_link(self, tmp_path: Path) -> None:
+        """A constant in the recording rule is what the alerts' runbook_url then carries."""
+        document = yaml.safe_load(RULES_PATH.read_text(encoding="utf-8"))
+        for group in document["groups"]:
+            for rule in group["rules"]:
+                if rule.get("record") == RUNBOOK_RULE:
+                    rule["expr"] = (
+                        'label_replace(vector(1), "url", "https://wiki.example.com/vllm", "", "")'
+                    )
+        changed = tmp_path / "rules.yml"
+        changed.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
+        labels = {"job": "vllm-sentinel", "instance": "s:9842"}
+        case = {
+            "rule_files": [str(changed)],
+            "evaluation_interval": "1m",
+            "tests": [
+                {
+                    "interval": "1m",
+                    "input_series": [
+                        {"series": 'up{job="vllm-sentinel",instance="s:9842"}', "values": "0x20"}
+                    ],
+                    "alert_rule_test": [
+                        {
+                            "eval_time": "10m",
+                            "alertname": "VllmSentinelDown",
+                            "exp_alerts": [
+                                {
+                                    "exp_labels": {**labels, "severity": "warning"},
+                                    "exp_annotations": {
+                                        "summary": "vllm-sentinel s:9842 cannot be scraped",
+                                        "description": "Prometheus has failed to scrape "
+                                        "vllm-sentinel at s:9842 for 5 minutes. No vLLM alert "
+                                        "of the hosts it watches can fire meanwhile.",
+                                        "runbook_url": "https://wiki.example.com/vllm"
+                                        "#vllmsentineldown",
+                                    },
+                                }
+                            ],
+                        }
+                    ],
+                }
+            ],
+        }
+        test_file = tmp_path / "runbook.test.yml"
+        test_file.write_text(yaml.safe_dump(case, sort_keys=False), encoding="utf-8")
+        result = run(require_binary("promtool"), "test", "rules", str(test_file))
+        assert result.returncode == 0, result.stdout + result.stderr
 
 
 class TestFastRules:
@@ -200,8 +313,54 @@ class TestExampleConfigs:
         assert all(child["group_by"] == ["host", "unit"] for child in route["routes"])
 
 
+class TestTopologyConfigs:
+    """deploy/prometheus/: one config per topology of docs/deployment.md."""
+
+    def test_each_config_is_listed_and_documented(self) -> None:
+        """No config without a topology; docs/deployment.md names every one."""
+        shipped = {
+            path.name for path in RULES_PATH.parent.glob("*.yml") if path.name != RULES_PATH.name
+        }
+        assert shipped == set(TOPOLOGIES)
+        text = DEPLOYMENT.read_text(encoding="utf-8")
+        assert [name for name in TOPOLOGIES if f"deploy/prometheus/{name}" not in text] == []
+
+    @pytest.mark.parametrize("name", sorted(set(TOPOLOGIES) - {"federation.yml"}))
+    def test_sentinels_are_scraped_as_job_vllm_sentinel_with_the_rules(self, name: str) -> None:
+        """The rules (up{job="vllm-sentinel"}) and the dashboard rely on the job name."""
+        config = yaml.safe_load((RULES_PATH.parent / name).read_text(encoding="utf-8"))
+        assert config["rule_files"] == ["vllm-sentinel-rules.yml"]
+        assert [job["job_name"] for job in config["scrape_configs"]] == ["vllm-sentinel"]
+        assert not config["scrape_configs"][0].get("honor_labels")
+
+    def test_replicas_carry_a_replica_label(self) -> None:
+        """ha.yml: two targets, told apart by `replica` (what the rules deduplicate)."""
+        config = yaml.safe_load((RULES_PATH.parent / "ha.yml").read_text(encoding="utf-8"))
+        (job,) = config["scrape_configs"]
+        assert sorted(group["labels"]["replica"] for group in job["static_configs"]) == ["a", "b"]
+
+    def test_federation_keeps_the_sentinels_labels(self) -> None:
+        """The global Prometheus pulls job vllm-sentinel and the recorded series, labels kept."""
+        config = yaml.safe_load((RULES_PATH.parent / "federation.yml").read_text(encoding="utf-8"))
+        (job,) = config["scrape_configs"]
+        assert job["honor_labels"] is True and job["metrics_path"] == "/federate"
+        assert '{job="vllm-sentinel"}' in job["params"]["match[]"]
+        recorded = {rule["record"].split(":")[0] for rule in rules(RULES_PATH) if "record" in rule}
+        pattern = next(m for m in job["params"]["match[]"] if "__name__" in m)
+        assert all(f"{prefix}:vllm_sentinel_" in pattern for prefix in recorded - {"job"})
+
+
 @pytest.mark.integration
 class TestPromtool:
+    @pytest.mark.parametrize("name", sorted(TOPOLOGIES))
+    def test_topology_config_is_valid(self, name: str) -> None:
+        """`promtool check config` accepts each topology's config, its rule file included."""
+        path = RULES_PATH.parent / name
+        result = run(require_binary("promtool"), "check", "config", str(path))
+        assert result.returncode == 0, result.stdout + result.stderr
+        loads_rules = "rule_files" in yaml.safe_load(path.read_text(encoding="utf-8"))
+        assert ("1 rule files found" in result.stdout) is loads_rules
+
     def test_rules_file_is_valid(self) -> None:
         """`promtool check rules` accepts the rules file."""
         result = run(require_binary("promtool"), "check", "rules", str(RULES_PATH))
@@ -222,12 +381,13 @@ class TestPromtool:
             unit = f"vllm-{index}.service"
             where = f'job="vllm-sentinel",instance="s:9842",host="gpu-a",unit="{unit}"'
             series = [
+                {"series": 'up{job="vllm-sentinel",instance="s:9842"}', "values": "1x11"},
                 {
                     "series": f'vllm_sentinel_unit_crashes_total{{{where},cause="{cause}"}}',
                     "values": "0 1x10",
-                }
+                },
             ]
-            labels = {"severity": "warning", "job": "vllm-sentinel", "instance": "s:9842"}
+            labels = {"severity": "warning", "job": "vllm-sentinel"}
             labels |= {"host": "gpu-a", "unit": unit, "cause": cause}
             description = f"{unit} on gpu-a crashed with root cause {cause}."
             if phase:
@@ -238,11 +398,12 @@ class TestPromtool:
                 labels |= {"phase": phase}
                 description = f"{unit} on gpu-a crashed in phase {phase} with root cause {cause}."
             crash = CrashInfo(CrashCause(cause), "", "", Phase(phase or "crashed"), None)
-            hint = f"{hint_for(crash).text} Runbook: {CAUSE_RUNBOOK}#{cause}"
+            # the sentinel's own runbook (job:vllm_sentinel_runbook_url:info), the cause's section
+            hint = f"{hint_for(crash).text} Runbook: http://s:9842/runbook#{cause}"
             annotations = {
                 "summary": f"vLLM {unit} on gpu-a crashed: {cause}",
                 "description": f"{description} See the runbook's section on {cause}.",
-                "runbook_url": f"{RUNBOOK_URL}#vllmcrashed",
+                "runbook_url": "http://s:9842/runbook#vllmcrashed",
                 "hint": hint,
             }
             tests.append(
@@ -295,3 +456,40 @@ class TestPromtool:
             "--verify.receivers=null", "alertname=NodeDown", "severity=critical",
         )  # fmt: skip
         assert other.returncode == 0, other.stdout + other.stderr
+
+
+@pytest.mark.integration
+class TestReplicas:
+    """The shipped rules with two identical sentinels: every scenario fires what one fires."""
+
+    @pytest.mark.parametrize("layout", ["instance", "replica"])
+    @pytest.mark.parametrize("path", SINGLE_SENTINEL_TEST_FILES, ids=lambda path: path.name)
+    def test_two_replicas_fire_what_one_fires(
+        self, path: Path, layout: str, tmp_path: Path
+    ) -> None:
+        """Unit alerts once, sentinel alerts once per replica (own target, or replica label)."""
+        copy = replicated_rule_test(
+            path, tmp_path / path.name, layout=layout, rules_path=RULES_PATH
+        )
+        result = run(require_binary("promtool"), "test", "rules", str(copy))
+        assert result.returncode == 0, result.stdout + result.stderr
+
+    @pytest.mark.parametrize(
+        ("layout", "before", "after"),
+        [
+            ("instance", "max without (instance, replica", "max without (replica"),
+            ("replica", "instance, replica, host", "instance, host"),
+        ],
+    )
+    def test_the_check_can_fail(self, tmp_path: Path, layout: str, before: str, after: str) -> None:
+        """Rules that keep `instance`, or join without `replica`, fail the replicated tests."""
+        text = RULES_PATH.read_text(encoding="utf-8")
+        assert before in text
+        broken = tmp_path / "rules.yml"
+        broken.write_text(text.replace(before, after), encoding="utf-8")
+        source = Path(__file__).parent / "crashed.test.yml"
+        copy = replicated_rule_test(
+            source, tmp_path / source.name, layout=layout, rules_path=broken
+        )
+        result = run(require_binary("promtool"), "test", "rules", str(copy))
+        assert result.returncode == 1, result.stdout + result.stderr

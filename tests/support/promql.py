@@ -10,6 +10,9 @@ scraping the real daemon:
 - ``fast_rules(src, dst)``: a copy of the rules whose alerts fire within seconds: every ``for:``
   becomes ``for_seconds``, and every tunable marked ``# fast: VALUE`` in an expression takes
   that value.
+- ``replicated_rule_test(src, dst, layout=…)``: a copy of a promtool test file in which every
+  sentinel series comes from two identical replicas; unit alerts are expected unchanged, the
+  per-sentinel alerts once per replica.
 """
 
 from __future__ import annotations
@@ -24,12 +27,17 @@ import yaml
 
 __all__ = [
     "DEFAULT_VARIABLES",
+    "PER_SENTINEL_ALERTS",
     "dashboard_expressions",
     "dashboard_queries",
     "fast_rules",
+    "replicated_rule_test",
     "rule_expressions",
     "rules",
 ]
+
+PER_SENTINEL_ALERTS = frozenset({"VllmSentinelCollectorDown", "VllmSentinelDown"})
+"""Alerts about one sentinel (kept per ``instance`` and ``replica``); the others are about units."""
 
 DEFAULT_VARIABLES: Mapping[str, str] = {
     "host": ".+",
@@ -162,3 +170,81 @@ def fast_rules(src: str | Path, dst: str | Path, for_seconds: int = 1) -> Path:
         encoding="utf-8",
     )
     return out
+
+
+_SENTINEL_SERIES = re.compile(r'\bjob="vllm-sentinel"')
+_INSTANCE_LABEL = re.compile(r'instance="([^"]*)"')
+
+
+def _twin_instance(instance: str) -> str:
+    """``sentinel-1:9842`` → ``sentinel-1b:9842`` (sorts right after it, as the runbook picks)."""
+    host, colon, port = instance.rpartition(":")
+    return f"{host}b{colon}{port}" if colon else f"{instance}b"
+
+
+def replicated_rule_test(src: Path, dst: Path, *, layout: str, rules_path: Path) -> Path:
+    """Write a copy of the promtool test ``src`` as seen with two identical sentinels.
+
+    Args:
+        src: a promtool test file written for one sentinel.
+        dst: where to write the copy.
+        layout: ``"instance"`` — the twin is scraped as its own target (``sentinel-1b:9842``);
+            ``"replica"`` — both keep the instance and get a ``replica`` label (``a``, ``b``),
+            as for Thanos deduplication.
+        rules_path: the rules file the copy loads (absolute).
+
+    Every series of job ``vllm-sentinel`` is doubled. Expected alerts about units stay as they
+    are (one alert, whatever the number of replicas); those in ``PER_SENTINEL_ALERTS`` are
+    expected once per replica, their annotations naming the twin's instance.
+    """
+    if layout not in ("instance", "replica"):
+        raise ValueError(f"unknown layout {layout!r}")
+    document: dict[str, Any] = yaml.safe_load(src.read_text(encoding="utf-8"))
+    document["rule_files"] = [str(rules_path)]
+    for test in document["tests"]:
+        series: list[dict[str, Any]] = []
+        for item in test.get("input_series", []):
+            selector = str(item["series"])
+            if not _SENTINEL_SERIES.search(selector):
+                series.append(item)
+                continue
+            if layout == "instance":
+                twin = _INSTANCE_LABEL.sub(
+                    lambda match: f'instance="{_twin_instance(match[1])}"', selector
+                )
+                series += [item, {**item, "series": twin}]
+            else:
+                series += [
+                    {**item, "series": selector.replace("{", f'{{replica="{name}",', 1)}
+                    for name in ("a", "b")
+                ]
+        test["input_series"] = series
+        for case in test.get("alert_rule_test", []):
+            if case["alertname"] not in PER_SENTINEL_ALERTS:
+                continue
+            expected: list[dict[str, Any]] = []
+            for alert in case.get("exp_alerts") or []:
+                labels = dict(alert.get("exp_labels", {}))
+                annotations = dict(alert.get("exp_annotations", {}))
+                if layout == "replica":
+                    expected += [
+                        {**alert, "exp_labels": {**labels, "replica": name}} for name in ("a", "b")
+                    ]
+                    continue
+                instance = str(labels["instance"])
+                twin_annotations = {
+                    key: value
+                    if key == "runbook_url"
+                    else value.replace(instance, _twin_instance(instance))
+                    for key, value in annotations.items()
+                }
+                expected += [
+                    alert,
+                    {
+                        "exp_labels": {**labels, "instance": _twin_instance(instance)},
+                        "exp_annotations": twin_annotations,
+                    },
+                ]
+            case["exp_alerts"] = expected
+    dst.write_text(yaml.safe_dump(document, sort_keys=False, width=1000), encoding="utf-8")
+    return dst

@@ -23,6 +23,8 @@ from vllm_sentinel.config import (
     load_config,
     parse_config,
     parse_listen_address,
+    parse_shard,
+    shard_of,
 )
 from vllm_sentinel.errors import ConfigError
 from vllm_sentinel.health import ProbeSettings
@@ -802,3 +804,90 @@ port = 1
             in message
         )
         assert "is not a valid systemd unit name or glob" in message
+
+
+def _hosts(count: int, shard: str | None = None) -> str:
+    head = f'shard = "{shard}"\n' if shard else ""
+    return head + "".join(
+        f'[[hosts]]\nname = "gpu-{index:03d}"\naddress = "10.0.{index // 250}.{index % 250}"\n'
+        "insecure_accept_any_host_key = true\n"
+        for index in range(count)
+    )
+
+
+class TestShard:
+    """``shard = "i/n"``: instances sharing one host list each watch a part, every host once."""
+
+    @pytest.mark.parametrize(
+        ("text", "parsed"), [("1/1", (1, 1)), ("2/3", (2, 3)), ("7/7", (7, 7))]
+    )
+    def test_parses(self, text: str, parsed: tuple[int, int]) -> None:
+        """i/n with 1 <= i <= n."""
+        assert parse_shard(text) == parsed
+
+    @pytest.mark.parametrize(
+        ("text", "reason"),
+        [
+            ("0/3", "the shard must be 1-3"),
+            ("4/3", "the shard must be 1-3"),
+            ("1/0", "the number of shards must be 1-1024"),
+            ("1/2000", "the number of shards must be 1-1024"),
+            ("1-3", 'expected "i/n"'),
+            ("a/3", 'expected "i/n"'),
+            ("1/ 3", 'expected "i/n"'),
+            ("١/٣", 'expected "i/n"'),  # Arabic-Indic digits: isdigit, not ASCII
+        ],
+    )
+    def test_refuses(self, text: str, reason: str) -> None:
+        """A bad shard is a config error naming the key and what is wrong."""
+        message = config_error(f'shard = "{text}"\n' + LOCAL)
+        assert message.splitlines()[1].startswith(f"  shard: {text!r}: ")
+        assert reason in message
+
+    def test_every_host_is_watched_by_exactly_one_instance(self) -> None:
+        """The n instances of one host list partition it; the default watches everything."""
+        text = _hosts(200)
+        assert len(parse_config(text).watched_hosts) == 200
+        parts = [
+            {host.name for host in parse_config(_hosts(200, f"{i}/3")).watched_hosts}
+            for i in (1, 2, 3)
+        ]
+        assert sum(len(part) for part in parts) == 200
+        assert set.union(*parts) == {f"gpu-{index:03d}" for index in range(200)}
+        assert all(50 <= len(part) <= 84 for part in parts), [len(p) for p in parts]
+
+    def test_the_hash_is_stable(self) -> None:
+        """The same name lands on the same shard in every process and release: SHA-256 of
+        "j/name", pinned here, never Python's per-process hash()."""
+        assert shard_of("gpu-000", 1) == 1
+        assert [shard_of(name, 3) for name in ("a", "b", "c", "d", "e")] == [1, 2, 1, 2, 2]
+
+    def test_one_more_shard_moves_only_its_hosts(self) -> None:
+        """Going from 3 to 4 shards moves only the hosts the new shard takes (rendezvous)."""
+        names = [f"gpu-{index:03d}" for index in range(400)]
+        moved = [name for name in names if shard_of(name, 3) != shard_of(name, 4)]
+        assert all(shard_of(name, 4) == 4 for name in moved)
+        assert 60 <= len(moved) <= 140  # about a quarter
+
+    def test_check_config_names_the_watched_hosts_and_warns_on_an_empty_shard(
+        self, tmp_path: Path
+    ) -> None:
+        """check-config says how many hosts this shard watches; none is a warning."""
+        path = tmp_path / "c.toml"
+        path.write_text(_hosts(6, "2/3"), encoding="utf-8")
+        watched = [host.name for host in load_config(path).watched_hosts]
+        lines = check_config(path)
+        assert f"shard 2/3: watches {len(watched)} of 6 hosts: {', '.join(watched)}" in lines
+        path.write_text(_hosts(1, "1/2").replace("gpu-000", _name_on_shard(2, 2)), encoding="utf-8")
+        warnings = [line for line in check_config(path) if line.startswith("warning: shard")]
+        assert warnings == [
+            "warning: shard = '1/2' watches none of the 1 hosts: this instance serves no unit"
+        ]
+
+    def test_the_example_documents_it(self) -> None:
+        """config.example.toml shows the key with its default."""
+        assert re.search(r'^# shard = "1/1"', EXAMPLE.read_text(encoding="utf-8"), re.MULTILINE)
+
+
+def _name_on_shard(shard: int, count: int) -> str:
+    return next(f"h{index}" for index in range(1000) if shard_of(f"h{index}", count) == shard)

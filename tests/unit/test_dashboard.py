@@ -16,6 +16,7 @@ import yaml
 
 from tests.conftest import require_binary
 from tests.support.promql import DEFAULT_VARIABLES, dashboard_expressions, dashboard_queries
+from vllm_sentinel.causes import CrashCause
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD_PATH = ROOT / "deploy" / "grafana" / "vllm-sentinel.json"
@@ -192,6 +193,50 @@ class TestVariables:
     def test_unit_variable_follows_the_host(self, dashboard: dict[str, Any]) -> None:
         """Choosing hosts narrows the unit list."""
         assert 'host=~"$host"' in self.variables(dashboard)["unit"]["query"]["query"]
+
+
+class TestRunbookLink:
+    """The runbook's address: asked at import, kept in one constant, used by every link."""
+
+    def test_asked_at_import_with_the_daemons_copy_as_default(
+        self, dashboard: dict[str, Any]
+    ) -> None:
+        """One constant input, defaulting to the daemon's /runbook at its default address."""
+        (entry,) = dashboard["__inputs"]
+        assert entry["name"] == "VAR_RUNBOOK_URL" and entry["type"] == "constant"
+        assert entry["value"] == "http://127.0.0.1:9842/runbook"
+        assert entry["label"]
+
+    def test_kept_in_a_hidden_constant(self, dashboard: dict[str, Any]) -> None:
+        """The runbook_url variable holds the input's value (Grafana substitutes it)."""
+        variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+        variable = variables["runbook_url"]
+        assert (variable["type"], variable["query"], variable["hide"]) == (
+            "constant",
+            "${VAR_RUNBOOK_URL}",
+            2,
+        )
+
+    def test_every_link_uses_the_variable(self, dashboard: dict[str, Any]) -> None:
+        """The dashboard link and the crash-cause data link; no other address anywhere."""
+        (link,) = dashboard["links"]
+        assert link["url"] == "${runbook_url}"
+        cause_links = [
+            item["url"]
+            for panel in data_panels(dashboard)
+            for item in panel.get("fieldConfig", {}).get("defaults", {}).get("links", [])
+        ]
+        assert cause_links == ["${runbook_url}#${__field.labels.cause}"]
+        text = DASHBOARD_PATH.read_text(encoding="utf-8")
+        assert "github.com" not in text
+        # what Grafana's import replaces: only the declared input
+        assert set(re.findall(r"\$\{(VAR_\w+)\}", text)) == {"VAR_RUNBOOK_URL"}
+
+    def test_cause_anchors_exist_in_the_runbook(self) -> None:
+        """${__field.labels.cause} is a crash cause; each cause has its heading (anchor)."""
+        runbook = (ROOT / "docs" / "runbook.md").read_text(encoding="utf-8")
+        headings = set(re.findall(r"^### (\S+)$", runbook, re.MULTILINE))
+        assert {cause.value for cause in CrashCause} <= headings
 
 
 class TestQueries:

@@ -1,9 +1,11 @@
-"""The report: hints and benign lines in the replay verdict and /status, the 24 h counts."""
+"""The report: hints and benign lines in the replay verdict and /status, the 24 h counts; the
+status table of a daemon without units; verdicts wrapped to a width."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 from datetime import timedelta
+from typing import Any
 
 from tests.support.snapshots import AT, basic_snapshot
 from vllm_sentinel.hints import HintContext
@@ -122,3 +124,80 @@ class TestStatus:
         assert lines[index + 1].startswith(" " * 17 + "hint: GPU 0 had 1.12 GiB free of 79.10")
         assert lines[index + 1].endswith("(see docs/runbook.md#cuda_oom)")
         assert sum(1 for line in lines if "hint:" in line) == 1  # only the crashed unit
+
+
+def _host(**fields: Any) -> dict[str, Any]:
+    return {"host": "gpu-a", "collectors": {}, "units": [], **fields}
+
+
+def _journal(up: bool, reason: str = "") -> dict[str, Any]:
+    return {"journal": {"up": up, "reason": reason, "since": None, "reconnects_total": 0}}
+
+
+class TestStatusWithoutUnits:
+    def test_each_host_says_why(self) -> None:
+        """Per host: not started, cannot read, nothing matches, or followed but silent."""
+        document = {
+            "at": "2026-12-01T12:00:00Z",
+            "units": [],
+            "hosts": [
+                _host(
+                    host="a",
+                    unit_patterns=["vllm*.service"],
+                    collectors=_journal(False, "starting"),
+                ),
+                _host(
+                    host="b",
+                    unit_patterns=["vllm*.service"],
+                    collectors=_journal(False, "ssh_auth_failed"),
+                ),
+                _host(
+                    host="c",
+                    unit_patterns=["vllm*.service", "llm.service"],
+                    collectors=_journal(True),
+                ),
+                _host(
+                    host="d",
+                    unit_patterns=["vllm-x.service"],
+                    units_followed=["vllm-x.service"],
+                    collectors=_journal(True),
+                ),
+            ],
+        }
+        assert render_status(document).splitlines()[5:] == [
+            "no units seen yet:",
+            "  a: the journal collector is starting; it will look for vllm*.service",
+            "  b: the journal cannot be read (ssh_auth_failed), so vllm*.service cannot be looked for",
+            "  c: no unit in its journal matches vllm*.service, llm.service yet",
+            "  d: follows vllm-x.service, which logged nothing in the backfill window yet",
+        ]
+
+    def test_no_host_at_all(self) -> None:
+        """An instance whose shard holds no host says so."""
+        text = render_status({"at": "t", "hosts": [], "units": []})
+        assert (
+            text
+            == "vllm-sentinel at t\nno units seen yet:\n  no host is watched (an empty shard?)\n"
+        )
+
+    def test_units_keep_the_table(self) -> None:
+        """With units, the table is printed as before (header first)."""
+        text = render_status(status_document(basic_snapshot()))
+        assert "HOST" in text and "no units seen yet" not in text
+
+
+class TestVerdictWidth:
+    def test_width_none_keeps_one_line_and_a_width_wraps(self) -> None:
+        """Without a width a verdict is one line; with one, lines fit and say the same."""
+        units = [unit for host in basic_snapshot().hosts for unit in host.units]
+        one = [line for line in render_text(units).splitlines() if "verdict:" in line]
+        wrapped = render_text(units, width=40)
+        verdict_lines = [
+            line
+            for line in wrapped.splitlines()
+            if line.startswith(("    verdict:", "      ")) and not line.startswith("       ")
+        ]
+        assert len(verdict_lines) > len(one)  # something was wrapped
+        assert all(len(line) <= 40 or " " not in line.strip() for line in verdict_lines)
+        assert " ".join(wrapped.split()) == " ".join(render_text(units).split())
+        assert len(one) == len([line for line in wrapped.splitlines() if "verdict:" in line])

@@ -76,9 +76,7 @@ def _branches(cause: str, phase: str) -> list[str]:
             continue
         keyword = "if" if not branches else "else if"
         branches.append(f'{{{{- {keyword} eq {cause} "{name}" }}}}{body}')
-    branches.append(
-        f"{{{{- else }}}}{fallback}{{{{ end }}}} Runbook: {RUNBOOK}#{{{{ {cause} }}}}"
-    )
+    branches.append(f"{{{{- else }}}}{fallback}{{{{ end }}}} Runbook: {RUNBOOK}#{{{{ {cause} }}}}")
     return branches
 
 

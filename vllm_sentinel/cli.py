@@ -140,13 +140,11 @@ def replay_command(
 
 
 def _terminal_width() -> int | None:
-    """Columns to wrap verdicts to: the terminal's, or ``$COLUMNS``; ``None`` for a pipe."""
-    columns = os.environ.get("COLUMNS", "")
-    if columns.isdecimal() and int(columns) > 0:
-        return int(columns)
-    if sys.stdout.isatty():
-        return shutil.get_terminal_size().columns
-    return None
+    """Columns to wrap verdicts to on a terminal (its width, or ``$COLUMNS``); ``None`` when
+    stdout is a pipe or a file, whatever the environment says (scripts and grep get one line)."""
+    if not sys.stdout.isatty():
+        return None
+    return shutil.get_terminal_size().columns
 
 
 def _self_command() -> str:

@@ -61,9 +61,9 @@ import yaml  # type: ignore[import-untyped, unused-ignore]  # types-PyYAML optio
 from prometheus_client.registry import CollectorRegistry
 
 from vllm_sentinel import __version__
-from vllm_sentinel.hints import RUNBOOK_URL
 from vllm_sentinel.errors import ConfigError
 from vllm_sentinel.exporter import make_metrics_app
+from vllm_sentinel.hints import RUNBOOK_URL
 from vllm_sentinel.page import REFRESH_SECONDS, render_main, render_page
 from vllm_sentinel.readiness import HTTP_STATUS, UnitState, find_unit, units_document
 from vllm_sentinel.snapshot import Snapshot

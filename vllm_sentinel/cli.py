@@ -290,7 +290,7 @@ def init_config_command(
     """Write a starting config for this machine: its vLLM units, its GPUs, SSH hosts.
 
     Looks for vLLM services in the journal (names matching vllm*, and any unit that logged
-    vLLM's version banner in the last 7 days) and in systemd (systemctl list-units and
+    vLLM's start-up banner in the last 7 days) and in systemd (systemctl list-units and
     list-unit-files 'vllm*'), and loads NVML for the GPUs. A step that cannot run is named
     in a comment of the output. Each --ssh host's key must already be in --known-hosts, or
     --keyscan fetches it. The output passes check-config. Exit status 2 with one line on

@@ -10,7 +10,7 @@ the daemon's port away from the host's.
 What differs from a fresh host, and why: the commands run in a copy of the checkout (as
 ``git clone`` leaves it); pip installs offline from a wheelhouse built once per session
 (``PIP_NO_INDEX``, ``PIP_FIND_LINKS``: the root has no network) and with
-``VLLM_SENTINEL_PURE=1`` (the mypyc compile takes 70 s; ``scripts/check-compiled`` tests the
+``VLLM_SENTINEL_PURE=1`` (the mypyc compile takes about a minute; ``scripts/check-compiled`` tests the
 compiled build). Before the install, two services log vLLM start-up lines into the root's
 journal — ``vllm-test.service`` and ``llm-serve.service`` (vLLM under another name) — so
 that ``init-config`` has something real to find and the running daemon something to report.

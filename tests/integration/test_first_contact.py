@@ -105,7 +105,9 @@ class TestWrappedVerdicts:
         phase_lines = [line for line in too_long if not line.startswith(("    verdict", "      "))]
         assert too_long == phase_lines  # only verdicts and hints are wrapped
         one_line = [line.strip() for line in piped.splitlines() if line.startswith("    verdict:")]
-        assert max(len(line) for line in one_line) > 500  # the case of the issue, one line in a pipe
+        assert (
+            max(len(line) for line in one_line) > 500
+        )  # the case of the issue, one line in a pipe
         assert [" ".join(v.split()) for v in _verdicts(wrapped)] == [
             " ".join(v.split()) for v in one_line
         ]
@@ -126,6 +128,7 @@ class TestWrappedVerdicts:
         ]
         assert max(len(crash["message"]) for crash in crashes) > 400
         assert all("\n" not in crash["message"] for crash in crashes)
+
 
 def _get(url: str) -> int:
     try:

@@ -2,41 +2,56 @@
 
 Exit codes: 0 success; 1 the daemon failed at run time; 2 bad usage, unreadable input or an
 invalid config (one line on stderr saying which).
+
+**Start-up cost is part of the interface.** A post-mortem ``replay`` in a shell loop, or
+``--version`` in a script, pays the import of everything this module imports. So this module
+imports only ``click`` and light parts of the standard library at the top; each command
+imports what it needs inside its own function (the daemon's asyncssh, pynvml, pydantic,
+prometheus_client, asyncio and structlog are loaded by ``run``, never by ``replay``,
+``--version`` or ``--help``). ``tests/integration/test_cli_imports.py`` runs each command in a
+child process and fails when one of those modules shows up in ``sys.modules``;
+``python -m benchmarks --only cli`` measures every command against ``python -c pass``. A new
+command follows the same pattern: heavy imports inside the command function.
+
+Commands that hold nothing needing a tear-down (``replay``, ``check-config``) leave with
+``os._exit`` after flushing stdout and stderr (``main``): freeing the engine's objects one by
+one at interpreter exit costs time and does nothing for the user.
 """
 
 from __future__ import annotations
 
-import asyncio
-import base64
-import contextlib
-import http.client
 import os
-import shutil
-import signal
-import socket
-import ssl
 import stat
 import sys
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Coroutine
-from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, NoReturn
 
 import click
-import orjson
-import structlog
 
 from vllm_sentinel import __version__
-from vllm_sentinel.config import check_config, default_config, load_config
-from vllm_sentinel.errors import ConfigError
-from vllm_sentinel.log import configure_logging
-from vllm_sentinel.replay import InputFormat, replay
-from vllm_sentinel.report import render_status, render_text, to_json
 
-__all__ = ["PASSWORD_ENV", "fetch_status", "main"]
+__all__ = ["INPUT_FORMATS", "PASSWORD_ENV", "fetch_status", "main"]
+
+INPUT_FORMATS = ("auto", "json", "text")
+"""``replay --format`` choices: the values of ``replay.InputFormat``, spelled out here so that
+``--help`` does not import the engine (a test keeps the two equal)."""
+
+
+class _ExitPlan:
+    """Handed to every command as ``ctx.obj`` by ``main``; a command that holds nothing needing
+    a tear-down sets ``fast`` so that ``main`` leaves with ``os._exit`` after flushing."""
+
+    __slots__ = ("fast",)
+
+    def __init__(self) -> None:
+        self.fast = False
+
+
+def _allow_fast_exit() -> None:
+    """Let ``main`` skip the interpreter's tear-down after this command (see the docstring)."""
+    context = click.get_current_context(silent=True)
+    if context is not None and isinstance(context.obj, _ExitPlan):
+        context.obj.fast = True
 
 
 async def _until_signal(main: Coroutine[object, object, None]) -> None:
@@ -45,6 +60,10 @@ async def _until_signal(main: Coroutine[object, object, None]) -> None:
     The handlers are installed even where the shell started us with SIGINT ignored (``cmd &``
     in a script), so both signals always stop the command the same way.
     """
+    import asyncio
+    import contextlib
+    import signal
+
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -82,7 +101,7 @@ def cli() -> None:
 @click.option(
     "--format",
     "input_format",
-    type=click.Choice([f.value for f in InputFormat]),
+    type=click.Choice(INPUT_FORMATS),
     default="auto",
     show_default=True,
     help="Input format (journal JSON or text).",
@@ -112,8 +131,14 @@ def replay_command(
     status 2, with no timeline. On a terminal, verdicts are wrapped to its width; --output json
     keeps every message whole.
     """
-    from vllm_sentinel.inputs import InputError, read_input
+    from datetime import UTC, datetime
+    from pathlib import Path
 
+    from vllm_sentinel.inputs import InputError, read_input
+    from vllm_sentinel.replay import InputFormat, replay
+    from vllm_sentinel.report import render_text, to_json
+
+    _allow_fast_exit()
     for path in files:
         if path != "-":
             _check_input_path(path)
@@ -129,9 +154,11 @@ def replay_command(
         click.echo(f"vllm-sentinel: {error}", err=True)
         sys.exit(2)
     if output == "json":
+        import orjson
+
         document = to_json(result.units)
         document["skipped"] = dict(result.skipped)
-        click.echo(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode())
+        click.echo(orjson.dumps(document, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE))
     else:
         click.echo(render_text(result.units, width=_terminal_width()), nl=False)
         if result.skipped:
@@ -142,6 +169,8 @@ def replay_command(
 def _terminal_width() -> int | None:
     """Columns to wrap verdicts to on a terminal (its width, or ``$COLUMNS``); ``None`` when
     stdout is a pipe or a file, whatever the environment says (scripts and grep get one line)."""
+    import shutil
+
     if not sys.stdout.isatty():
         return None
     return shutil.get_terminal_size().columns
@@ -149,6 +178,9 @@ def _terminal_width() -> int | None:
 
 def _self_command() -> str:
     """How the user ran this program, for commands we suggest (``.venv/bin/vllm-sentinel``)."""
+    import shutil
+    from pathlib import Path
+
     program = sys.argv[0] if sys.argv else ""
     if Path(program).name == "__main__.py":
         return f"{Path(sys.executable).name} -m vllm_sentinel"
@@ -162,6 +194,9 @@ _LOG_LEVELS = click.Choice(["debug", "info", "warning", "error"], case_sensitive
 
 
 def _setup_logging(log_format: str, log_level: str) -> None:
+    from vllm_sentinel.errors import ConfigError
+    from vllm_sentinel.log import configure_logging
+
     try:
         configure_logging(log_format, log_level)  # type: ignore[arg-type]
     except ConfigError as error:
@@ -191,6 +226,14 @@ def run_command(
     config_path: str | None, log_format: str, log_level: str, listen: str | None
 ) -> None:
     """Run the monitoring daemon: follow journals, poll GPUs, serve /metrics and /status."""
+    import asyncio
+
+    import structlog
+
+    from vllm_sentinel.config import default_config, load_config
+    from vllm_sentinel.daemon import Daemon
+    from vllm_sentinel.errors import ConfigError
+
     if listen is not None:
         _check_listen_option(listen)
     _setup_logging(log_format, log_level)
@@ -199,7 +242,6 @@ def run_command(
     except ConfigError as error:
         click.echo(f"vllm-sentinel: invalid config: {error}", err=True)
         sys.exit(2)
-    from vllm_sentinel.daemon import Daemon
 
     daemon = Daemon(config, config_path, listen=listen)
     for warning in daemon.config.warnings:  # with --listen in place
@@ -220,6 +262,10 @@ def run_command(
 @click.argument("path", type=click.Path(dir_okay=False))
 def check_config_command(path: str) -> None:
     """Validate a config file (every bad key reported at once, exit 2)."""
+    from vllm_sentinel.config import check_config
+    from vllm_sentinel.errors import ConfigError
+
+    _allow_fast_exit()
     try:
         for line in check_config(path):
             click.echo(line)
@@ -296,6 +342,8 @@ def init_config_command(
     --keyscan fetches it. The output passes check-config. Exit status 2 with one line on
     stderr when a host key is missing, an option is invalid or --output exists.
     """
+    from datetime import UTC, datetime
+
     from vllm_sentinel import init_config
 
     try:
@@ -345,6 +393,9 @@ def init_config_command(
 
 def _write_private(path: str, text: str) -> None:
     """Write ``text`` to ``path`` with mode 0640 (a temporary file renamed over it)."""
+    import contextlib
+    from pathlib import Path
+
     target = Path(path)
     temporary = target.with_name(f".{target.name}.tmp")
     descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o640)
@@ -379,6 +430,8 @@ def _write_private(path: str, text: str) -> None:
 @click.option("--log-level", default="warning", show_default=True, type=_LOG_LEVELS)
 def demo_command(listen: str, speed: float, duration: float | None, log_level: str) -> None:
     """Play bundled real-shaped incidents through the engine and serve their metrics."""
+    import asyncio
+
     from vllm_sentinel.demo import run_demo
 
     host, port = _check_listen_option(listen)
@@ -427,6 +480,10 @@ def _status_failed(url: str, reason: str) -> NoReturn:
 
 def _connection_reason(error: object, *, cacert: str | None) -> str:
     """One line for why a connection or TLS handshake failed."""
+    import http.client
+    import socket
+    import ssl
+
     if isinstance(error, ssl.SSLCertVerificationError):
         detail = error.verify_message or error.reason or str(error)
         hint = f"not signed by {cacert}" if cacert else "pass the server's CA with --cacert PATH"
@@ -464,6 +521,15 @@ def fetch_status(url: str, *, cacert: str | None = None, user: str | None = None
     (missing or wrong credentials) or another HTTP error; a TLS verification failure;
     connection refused, a timeout or another network error; an answer that is not JSON.
     """
+    import base64
+    import http.client
+    import ssl
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+
+    import orjson
+
     base = url.rstrip("/")
     scheme = urllib.parse.urlsplit(base).scheme.lower()
     if scheme not in ("http", "https"):
@@ -536,6 +602,10 @@ def status_command(url: str, cacert: str | None, user: str | None, as_json: bool
     Exit status 2 with one line on stderr when the status cannot be read (401, TLS
     verification, connection refused …).
     """
+    import orjson
+
+    from vllm_sentinel.report import render_status
+
     document = fetch_status(url, cacert=cacert, user=user)
     if as_json:
         click.echo(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode())
@@ -544,5 +614,25 @@ def status_command(url: str, cacert: str | None, user: str | None, as_json: bool
 
 
 def main() -> None:
-    """Console-script entry point."""
-    cli()
+    """Console-script entry point.
+
+    Runs the command; when it allowed a fast exit (``_allow_fast_exit``), flushes stdout and
+    stderr and leaves with ``os._exit`` and the command's status, skipping the interpreter's
+    tear-down (freeing every object, module finalisers). Any other command exits as usual.
+    """
+    plan = _ExitPlan()
+    try:
+        cli.main(obj=plan)
+    except SystemExit as done:
+        if not plan.fast:
+            raise
+        code = done.code
+        if code is not None and not isinstance(code, int):
+            print(code, file=sys.stderr)
+            code = 1
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except OSError:  # stdout closed early (``| head``): as Python itself reports it
+            os._exit(120)
+        os._exit(code or 0)

@@ -1,7 +1,9 @@
 """The configuration file: TOML → a frozen, validated ``Config`` (setup: no asyncio, no network).
 
 This module reads one file (``load_config``) or a string (``parse_config``) and checks every key;
-it starts no tasks and opens no connections. Everything else gets the frozen ``Config``.
+it starts no tasks and opens no connections. Everything else gets the frozen ``Config``. It
+imports pydantic and the core's small tables, nothing of the daemon's edges (``check-config``
+must start fast: ``ssh_settings`` imports ``transport``, and so asyncssh, when it is called).
 
 Errors are collected, not stopped at: one ``ConfigError`` names every invalid key with its
 dotted path, one per line::
@@ -43,7 +45,7 @@ import types
 from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, Union, get_args, get_origin
+from typing import TYPE_CHECKING, Annotated, Any, Union, get_args, get_origin
 
 from pydantic import (
     AfterValidator,
@@ -64,7 +66,9 @@ from vllm_sentinel.errors import ConfigError
 from vllm_sentinel.health import ProbePolicy, ProbeSettings
 from vllm_sentinel.phases import STARTUP_PHASES, Phase
 from vllm_sentinel.stall import DEFAULT_SLOW_FACTOR, DEFAULT_SLOW_FLOOR_SECONDS
-from vllm_sentinel.transport import SshSettings
+
+if TYPE_CHECKING:  # imported where used: asyncssh (0.2 s) is not for check-config
+    from vllm_sentinel.transport import SshSettings
 
 __all__ = [
     "DEFAULT_UNITS",
@@ -596,6 +600,8 @@ class HostConfig(BaseModel):
         """Return how to reach this host over SSH, or ``None`` for the local host."""
         if self.address is None:
             return None
+        from vllm_sentinel.transport import SshSettings
+
         return SshSettings(
             address=self.address,
             port=self.port,

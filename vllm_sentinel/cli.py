@@ -158,7 +158,7 @@ def replay_command(
 
         document = to_json(result.units)
         document["skipped"] = dict(result.skipped)
-        click.echo(orjson.dumps(document, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE))
+        click.echo(orjson.dumps(document, option=orjson.OPT_INDENT_2))
     else:
         click.echo(render_text(result.units, width=_terminal_width()), nl=False)
         if result.skipped:

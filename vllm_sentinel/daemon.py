@@ -42,7 +42,7 @@ from vllm_sentinel.config import Config, GpuBackend, HostConfig, load_config
 from vllm_sentinel.cursors import CursorStore
 from vllm_sentinel.errors import ConfigError, GpuCollectorError
 from vllm_sentinel.exporter import SentinelCollector, make_registry
-from vllm_sentinel.gpu import CgroupReader, GpuPoller, GpuReader, NvidiaSmiReader, NvmlReader
+from vllm_sentinel.gpu import CgroupReader, GpuPoller, GpuReader, NvidiaSmiStreamReader, NvmlReader
 from vllm_sentinel.health import HealthProbeResult
 from vllm_sentinel.history import HistoryStore
 from vllm_sentinel.http import (
@@ -327,8 +327,22 @@ class Daemon:
         if host.gpu is GpuBackend.NVML:
             reader = NvmlReader(host=host.name)
         elif host.gpu is GpuBackend.NVIDIA_SMI:
-            reader = NvidiaSmiReader(transport, timeout_seconds=_gpu_query_timeout(host))
-        poller = GpuPoller(host.name, reader, host.gpu_poll_interval_seconds) if reader else None
+            # two long-lived nvidia-smi -lms streams, not a process and a channel per poll
+            reader = NvidiaSmiStreamReader(
+                transport,
+                interval_seconds=host.gpu_poll_interval_seconds,
+                timeout_seconds=_gpu_query_timeout(host),
+            )
+        poller = (
+            GpuPoller(
+                host.name,
+                reader,
+                host.gpu_poll_interval_seconds,
+                reader_paced=isinstance(reader, NvidiaSmiStreamReader),
+            )
+            if reader
+            else None
+        )
         policy = host.probe_policy()
         prober = (
             HealthProber(
@@ -362,7 +376,8 @@ class Daemon:
 
         async def emit_gpu(reading: GpuReading) -> None:
             try:
-                owners = await cgroups.read_units(process.pid for process in reading.processes)
+                # read once per new PID, kept while the PID stays (not a command per poll)
+                owners = await cgroups.units_of(process.pid for process in reading.processes)
             except GpuCollectorError as error:
                 _log.debug("gpu_cgroups_unreadable", host=name, reason=error.reason)
                 owners = {}

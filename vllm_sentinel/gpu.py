@@ -4,13 +4,19 @@
   One GPU that fails (off the bus, access refused) is left out of the reading, counted and
   logged once per state change (``gpu_device_skipped`` / ``gpu_device_recovered``); the
   others are still read and the collector stays up.
-* ``NvidiaSmiReader`` runs the two ``nvidia-smi`` CSV queries through a ``Transport`` (a
-  remote host over SSH, or this one) and parses them with ``nvidia_smi`` (core).
+* ``NvidiaSmiStreamReader`` (what the daemon uses) keeps two ``nvidia-smi … -lms N``
+  streams open through a ``Transport`` (a remote host over SSH: one channel each on the
+  host's connection, or this machine), and parses their rounds incrementally with
+  ``nvidia_smi.SmiStreamDecoder`` (core): no process and no channel per poll. A stream that
+  dies or goes silent fails the read; the poller's backoff then restarts both.
+* ``NvidiaSmiReader`` runs the two ``nvidia-smi`` CSV queries once per read (a process and
+  a channel each), for one-off reads.
 * ``CgroupReader`` reads ``/proc/PID/cgroup`` for the PIDs a reading shows, locally or
   through a transport in one command per batch, so that ``attribution`` (core) can name
-  each process's unit.
-* ``GpuPoller`` calls a reader every ``interval_seconds`` and hands each ``GpuReading`` to
-  ``emit``. A failing read sets its ``CollectorState`` down with a bounded reason, logs
+  each process's unit; ``units_of`` reads each PID once and keeps its unit while the PID
+  stays in the readings.
+* ``GpuPoller`` calls a reader every ``interval_seconds`` (or as fast as a stream reader
+  hands out rounds) and hands each ``GpuReading`` to ``emit``. A failing read sets its ``CollectorState`` down with a bounded reason, logs
   ``gpu_collector_down`` once, and is retried with capped exponential backoff and jitter
   (tenacity); the first good read after that logs ``gpu_collector_up`` once. A host without
   NVIDIA driver ends down with reason ``NVMLError_LibraryNotFound`` and the rest of the
@@ -22,6 +28,7 @@ Nothing here reads the wall clock or sleeps directly: ``now`` and ``sleep`` are 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import random as random_module
 import re
@@ -30,7 +37,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import structlog
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type
@@ -41,8 +48,11 @@ from vllm_sentinel.errors import GpuCollectorError, TransportError
 from vllm_sentinel.nvidia_smi import (
     QUERY_APPS_ARGV,
     QUERY_GPUS_ARGV,
+    ParsedRows,
+    SmiStreamDecoder,
     parse_compute_apps,
     parse_gpus,
+    stream_argv,
 )
 from vllm_sentinel.snapshot import CollectorState, GpuDevice, GpuProcess, GpuReading
 from vllm_sentinel.transport import Transport
@@ -55,6 +65,7 @@ __all__ = [
     "GpuPoller",
     "GpuReader",
     "NvidiaSmiReader",
+    "NvidiaSmiStreamReader",
     "NvmlReader",
 ]
 
@@ -349,6 +360,174 @@ class NvidiaSmiReader:
         return {f"gpu_line_{reason}": count for reason, count in self.lines_skipped.items()}
 
 
+class NvidiaSmiStreamReader:
+    """GPU memory from two long-lived ``nvidia-smi --query-… -lms N`` streams (N: the poll
+    interval), one for devices and one for compute processes, through a transport.
+
+    The streams are started by the first ``read`` and kept open; each ``read`` waits for the
+    next round of device rows and returns it with the latest round of process rows. A round
+    is complete when the stream goes quiet for ``settle_seconds`` after it (nvidia-smi writes
+    a round at once), or, for devices, when the GPU index starts again at the lowest one.
+
+    nvidia-smi prints nothing for a round without compute processes, so the process rows are
+    the latest round's while it is younger than ``1.5 × interval + 0.5 s``, and none after
+    that: a process that exited leaves the readings within that time.
+
+    Failures end both streams and raise ``GpuCollectorError`` from ``read`` (the poller marks
+    the collector down and calls ``read`` again after its backoff, which starts them again):
+    the transport's reason when a stream cannot start or fails (``ssh_connection_lost``,
+    ``command_failed`` …), ``stream_ended`` when nvidia-smi exits without error, ``timeout``
+    when no round comes within ``timeout_seconds + interval``. Lines that do not parse are
+    dropped and counted by reason (``skipped``: ``gpu_line_<reason>``), the round keeps the rest.
+    """
+
+    def __init__(
+        self,
+        transport: Transport,
+        *,
+        interval_seconds: float,
+        timeout_seconds: float = 10.0,
+        settle_seconds: float | None = None,
+        now: Callable[[], datetime] = _utc_now,
+    ) -> None:
+        self._transport = transport
+        self._interval = interval_seconds
+        self._timeout = timeout_seconds
+        self._settle = (
+            settle_seconds if settle_seconds is not None else min(0.1, interval_seconds / 4)
+        )
+        self._apps_max_age = 1.5 * interval_seconds + 0.5
+        self._now = now
+        self._tasks: list[asyncio.Task[None]] = []
+        self._decoders: list[SmiStreamDecoder] = []
+        self._skipped_before: Counter[str] = Counter()  # of streams that ended
+        self._round: ParsedRows[GpuDevice] | None = None
+        self._failure: BaseException | None = None
+        self._ready = asyncio.Event()
+        self._processes: tuple[GpuProcess, ...] = ()
+        self._processes_at: float | None = None  # loop time of the latest process round
+        self._apps_seen = asyncio.Event()
+        self.streams_started = 0
+
+    async def read(self) -> GpuReading:
+        """Wait for the next round of device rows; return it with the current processes.
+
+        Raises:
+            GpuCollectorError: a stream could not start, failed, ended or went silent.
+        """
+        loop = asyncio.get_running_loop()
+        fresh = not self._tasks
+        if fresh:
+            self._start()
+        limit = self._timeout + self._interval
+        if not await _wait_event(self._ready, limit):
+            await self._stop()
+            raise GpuCollectorError("timeout", f"no nvidia-smi round within {limit:g}s")
+        self._ready.clear()
+        if self._failure is not None:
+            failure, self._failure = self._failure, None
+            await self._stop()
+            raise failure
+        devices, self._round = self._round, None
+        assert devices is not None
+        if fresh and self._processes_at is None:
+            # both streams started together: give the first process round a moment to come
+            await _wait_event(self._apps_seen, min(self._interval, 1.0))
+        processes = self._processes
+        if self._processes_at is None or loop.time() - self._processes_at > self._apps_max_age:
+            processes = ()
+        return GpuReading(devices=devices.rows, processes=processes, at=self._now())
+
+    async def close(self) -> None:
+        await self._stop()
+
+    def skipped(self) -> dict[str, int]:
+        """nvidia-smi lines that could not be read: ``gpu_line_<reason>``."""
+        counts = Counter(self._skipped_before)
+        for decoder in self._decoders:
+            counts.update(decoder.skipped)
+        return {f"gpu_line_{reason}": count for reason, count in counts.items()}
+
+    def _start(self) -> None:
+        self._round = None
+        self._failure = None
+        self._ready.clear()
+        self._processes, self._processes_at = (), None
+        self._apps_seen.clear()
+        self.streams_started += 1
+        self._tasks = [
+            asyncio.ensure_future(self._follow("gpus", QUERY_GPUS_ARGV)),
+            asyncio.ensure_future(self._follow("apps", QUERY_APPS_ARGV)),
+        ]
+
+    async def _stop(self) -> None:
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _follow(self, query: Literal["gpus", "apps"], argv: tuple[str, ...]) -> None:
+        """Read one stream until it ends or fails (then ``read`` raises), or is cancelled."""
+        decoder = SmiStreamDecoder(query)
+        self._decoders.append(decoder)
+        loop = asyncio.get_running_loop()
+        timer: asyncio.TimerHandle | None = None
+        try:
+            stream = self._transport.stream(stream_argv(argv, self._interval))
+            async with contextlib.aclosing(stream) as chunks:
+                async for chunk in chunks:
+                    if timer is not None:
+                        timer.cancel()
+                        timer = None
+                    for devices in decoder.feed(chunk):
+                        self._deliver(devices)
+                    if decoder.pending:
+                        timer = loop.call_later(self._settle, self._settled, decoder)
+            raise GpuCollectorError("stream_ended", f"{argv[0]} exited without error")
+        except asyncio.CancelledError:
+            raise
+        except TransportError as error:
+            self._fail(GpuCollectorError(error.reason, error.detail))
+        except Exception as error:  # GpuCollectorError above, or a bug (internal_error)
+            self._fail(error)
+        finally:
+            if timer is not None:
+                timer.cancel()
+            self._decoders.remove(decoder)
+            self._skipped_before.update(decoder.skipped)
+
+    def _settled(self, decoder: SmiStreamDecoder) -> None:
+        """The stream went quiet: its round in progress is complete."""
+        devices = decoder.flush_gpus()
+        if devices is not None:
+            self._deliver(devices)
+        processes = decoder.flush_apps()
+        if processes is not None:
+            self._processes = processes.rows
+            self._processes_at = asyncio.get_running_loop().time()
+            self._apps_seen.set()
+
+    def _deliver(self, devices: ParsedRows[GpuDevice]) -> None:
+        self._round = devices  # a round nobody read yet is replaced by the newer one
+        self._ready.set()
+
+    def _fail(self, error: BaseException) -> None:
+        if self._failure is None:
+            self._failure = error
+        self._ready.set()
+
+
+async def _wait_event(event: asyncio.Event, seconds: float) -> bool:
+    """Wait for ``event`` at most ``seconds``; False when the time ran out."""
+    try:
+        async with asyncio.timeout(seconds):
+            await event.wait()
+    except TimeoutError:
+        return False
+    return True
+
+
 class CgroupReader:
     """``/proc/PID/cgroup`` of many processes, from this machine or through a transport.
 
@@ -374,6 +553,8 @@ class CgroupReader:
         self._proc_root = proc_root.rstrip("/") or "/"
         self._timeout = timeout_seconds
         self._batch_size = max(1, batch_size)
+        self._known: dict[int, str | None] = {}  # PID -> its unit (None: none), see units_of
+        self.pids_read = 0
 
     async def read(self, pids: Iterable[int]) -> dict[int, str]:
         """Return PID → the text of its cgroup file, for the PIDs that could be read."""
@@ -396,6 +577,29 @@ class CgroupReader:
             if unit is not None:
                 units[pid] = unit
         return units
+
+    async def units_of(self, pids: Iterable[int]) -> dict[int, str]:
+        """``read_units`` for the PIDs of the current reading, each PID read only once.
+
+        A PID's unit (or that its cgroup names none, or could not be read) is kept while the
+        PID is in the readings; a PID missing from ``pids`` is forgotten, so a PID the kernel
+        reuses for a new process is read again. Only new PIDs cost a read (a command through
+        the transport), so a host whose processes stay put costs nothing per poll.
+
+        Raises:
+            GpuCollectorError: reading the new PIDs failed (nothing is kept from that read).
+        """
+        current = {pid for pid in pids if pid > 0}
+        for gone in self._known.keys() - current:
+            del self._known[gone]
+        new = current - self._known.keys()
+        if new:
+            texts = await self.read(new)
+            self.pids_read += len(new)
+            for pid in new:
+                text = texts.get(pid)
+                self._known[pid] = parse_cgroup(text) if text is not None else None
+        return {pid: unit for pid in current if (unit := self._known[pid]) is not None}
 
     def _read_local(self, pids: list[int]) -> dict[int, str]:
         texts: dict[int, str] = {}
@@ -463,6 +667,8 @@ class GpuPoller:
         sleep: awaited for every pause (tests pass a fake that returns at once).
         wait: the tenacity wait strategy between failed reads (``BackoffWait`` of
             ``backoff_initial_seconds`` … ``backoff_max_seconds`` by default).
+        reader_paced: the reader's ``read`` itself waits for the next reading (a stream,
+            ``NvidiaSmiStreamReader``): no pause after a good reading.
     """
 
     def __init__(
@@ -476,10 +682,12 @@ class GpuPoller:
         backoff_initial_seconds: float = 1.0,
         backoff_max_seconds: float = 60.0,
         wait: wait_base | None = None,
+        reader_paced: bool = False,
     ) -> None:
         self.host = host
         self._reader = reader
         self._interval = interval_seconds
+        self._reader_paced = reader_paced
         self._now = now
         self._sleep = sleep
         self._wait = (
@@ -503,7 +711,8 @@ class GpuPoller:
                 reading = await self._read_with_retry()
                 self._mark_up(reading)
                 await emit(reading)
-                await self._sleep(self._interval)
+                if not self._reader_paced:
+                    await self._sleep(self._interval)
         finally:
             await self._reader.close()
 

@@ -15,8 +15,17 @@ documented alias of ``used_gpu_memory``.
 
 Never raises on input: a row that cannot become a ``GpuDevice`` or ``GpuProcess`` is
 dropped and counted in ``skipped`` by reason (``wrong_field_count``, ``not_available`` for a
-bracketed value, ``invalid_number``, ``invalid_uuid``, ``invalid_pid``). Blank lines and the
-banner ``No running processes found`` are not rows and are not counted.
+bracketed value, ``invalid_number``, ``invalid_uuid``, ``invalid_pid``, ``line_too_long``).
+Blank lines and the banner ``No running processes found`` are not rows and are not counted.
+
+**Streams.** ``stream_argv(QUERY_…_ARGV, interval)`` adds ``-lms N``: nvidia-smi then stays
+up and prints the same rows again every N ms (header-less, no separator between rounds; it
+flushes its output after each round). ``SmiStreamDecoder`` reads such a stream incrementally:
+``feed(chunk)`` takes bytes in any chunking and returns the rounds it completed, ``flush()``
+the round in progress when the stream went quiet (the caller's timer: a round is written at
+once, so a short silence ends it). A GPU round also ends where the GPU index stops growing
+(``0, 1, … 7`` then ``0`` again). A compute-apps round with no process prints nothing at all,
+so its absence is the caller's to judge by age (``gpu.NvidiaSmiStreamReader``).
 """
 
 from __future__ import annotations
@@ -24,8 +33,9 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Generic, Literal, TypeVar
 
+from vllm_sentinel.line_buffer import LineBuffer
 from vllm_sentinel.snapshot import GpuDevice, GpuProcess
 
 __all__ = [
@@ -33,8 +43,10 @@ __all__ = [
     "QUERY_APPS_ARGV",
     "QUERY_GPUS_ARGV",
     "ParsedRows",
+    "SmiStreamDecoder",
     "parse_compute_apps",
     "parse_gpus",
+    "stream_argv",
 ]
 
 MIB = 1 << 20
@@ -53,6 +65,15 @@ QUERY_APPS_ARGV: tuple[str, ...] = (
     "--format=csv,noheader,nounits",
 )
 """One row per (compute process, GPU): GPU uuid, PID, used MiB."""
+
+_MAX_LINE_BYTES = 4096  # a row is ~100 bytes; a longer line is no row of ours
+
+
+def stream_argv(query: tuple[str, ...], interval_seconds: float) -> tuple[str, ...]:
+    """``query`` (``QUERY_GPUS_ARGV`` or ``QUERY_APPS_ARGV``) repeated by nvidia-smi itself
+    every ``interval_seconds`` (``-lms``, whole milliseconds, at least 1)."""
+    return (*query, "-lms", str(max(1, round(interval_seconds * 1000))))
+
 
 _SEPARATOR = ","
 _NOT_ROWS = frozenset({"no running processes found", "no running compute processes found"})
@@ -77,23 +98,37 @@ class _RowError(Exception):
     """A row that is dropped; the argument is the ``skipped`` reason."""
 
 
+def _gpu_row(fields: list[str]) -> GpuDevice:
+    if len(fields) < 5:
+        raise _RowError("wrong_field_count")
+    index = _parse_int(fields[0])
+    uuid = _parse_uuid(fields[1])
+    name = ", ".join(fields[2:-2])
+    used = _parse_int(fields[-2]) * MIB
+    total = _parse_int(fields[-1]) * MIB
+    return GpuDevice(index, uuid, name, used, total)
+
+
+def _app_row(fields: list[str]) -> GpuProcess:
+    if len(fields) != 3:
+        raise _RowError("wrong_field_count")
+    uuid = _parse_uuid(fields[0])
+    pid = _parse_int(fields[1])
+    used = _parse_int(fields[2]) * MIB
+    if pid == 0:
+        raise _RowError("invalid_pid")
+    return GpuProcess(uuid, pid, used)
+
+
 def parse_gpus(output: str | bytes) -> ParsedRows[GpuDevice]:
     """Parse ``QUERY_GPUS_ARGV`` output into devices (MiB → bytes)."""
     rows: list[GpuDevice] = []
     skipped: Counter[str] = Counter()
     for fields in _rows(output):
         try:
-            if len(fields) < 5:
-                raise _RowError("wrong_field_count")
-            index = _parse_int(fields[0])
-            uuid = _parse_uuid(fields[1])
-            name = ", ".join(fields[2:-2])
-            used = _parse_int(fields[-2]) * MIB
-            total = _parse_int(fields[-1]) * MIB
+            rows.append(_gpu_row(fields))
         except _RowError as bad:
             skipped[str(bad)] += 1
-            continue
-        rows.append(GpuDevice(index, uuid, name, used, total))
     return ParsedRows(tuple(rows), dict(skipped))
 
 
@@ -103,19 +138,87 @@ def parse_compute_apps(output: str | bytes) -> ParsedRows[GpuProcess]:
     skipped: Counter[str] = Counter()
     for fields in _rows(output):
         try:
-            if len(fields) != 3:
-                raise _RowError("wrong_field_count")
-            uuid = _parse_uuid(fields[0])
-            pid = _parse_int(fields[1])
-            used = _parse_int(fields[2]) * MIB
+            rows.append(_app_row(fields))
         except _RowError as bad:
             skipped[str(bad)] += 1
-            continue
-        if pid == 0:
-            skipped["invalid_pid"] += 1
-            continue
-        rows.append(GpuProcess(uuid, pid, used))
     return ParsedRows(tuple(rows), dict(skipped))
+
+
+class SmiStreamDecoder:
+    """Rounds of one ``nvidia-smi --query-… -lms N`` stream, from its bytes in any chunking.
+
+    Args:
+        query: ``"gpus"`` (``QUERY_GPUS_ARGV`` rows) or ``"apps"`` (``QUERY_APPS_ARGV`` rows).
+
+    Attributes:
+        skipped: lines dropped so far, by reason (as ``parse_gpus``/``parse_compute_apps``,
+            plus ``line_too_long`` for a line over 4 KiB); a round keeps its good rows.
+    """
+
+    def __init__(self, query: Literal["gpus", "apps"]) -> None:
+        self._query = query
+        self._lines = LineBuffer(_MAX_LINE_BYTES, keep_truncated=False)
+        self._overflows_counted = 0
+        self._devices: list[GpuDevice] = []
+        self._processes: list[GpuProcess] = []
+        self.skipped: Counter[str] = Counter()
+
+    @property
+    def pending(self) -> bool:
+        """Whether a round has rows not handed out yet (``flush`` would return it)."""
+        return bool(self._devices or self._processes)
+
+    def feed(self, chunk: bytes) -> list[ParsedRows[GpuDevice]]:
+        """Read ``chunk``; return the GPU rounds it completed (a new round starts where the GPU
+        index does not grow). The round in progress stays for ``flush_gpus``; compute-apps
+        rows have no such mark, so an apps stream returns none here (``flush_apps``)."""
+        completed, block = self._lines.push(chunk)
+        lines: list[bytes] = [] if completed is None else [completed]
+        if block is not None:
+            for line in block.split(b"\n"):
+                if self._lines.is_too_long(line):
+                    continue
+                lines.append(line)
+        self._count_overflows()
+        if self._query == "apps":
+            for fields in _rows(b"\n".join(lines)):
+                try:
+                    self._processes.append(_app_row(fields))
+                except _RowError as bad:
+                    self.skipped[str(bad)] += 1
+            return []
+        rounds: list[ParsedRows[GpuDevice]] = []
+        for fields in _rows(b"\n".join(lines)):
+            try:
+                device = _gpu_row(fields)
+            except _RowError as bad:
+                self.skipped[str(bad)] += 1
+                continue
+            if self._devices and device.index <= self._devices[-1].index:
+                rounds.append(ParsedRows(tuple(self._devices)))
+                self._devices = []
+            self._devices.append(device)
+        return rounds
+
+    def flush_gpus(self) -> ParsedRows[GpuDevice] | None:
+        """The GPU round in progress (the stream went quiet), or ``None`` if it has no row."""
+        if not self._devices:
+            return None
+        devices, self._devices = tuple(self._devices), []
+        return ParsedRows(devices)
+
+    def flush_apps(self) -> ParsedRows[GpuProcess] | None:
+        """The compute-apps round in progress, or ``None`` if it has no row."""
+        if not self._processes:
+            return None
+        processes, self._processes = tuple(self._processes), []
+        return ParsedRows(processes)
+
+    def _count_overflows(self) -> None:
+        overflows = self._lines.overflows
+        if overflows != self._overflows_counted:
+            self.skipped["line_too_long"] += overflows - self._overflows_counted
+            self._overflows_counted = overflows
 
 
 def _rows(output: str | bytes) -> list[list[str]]:

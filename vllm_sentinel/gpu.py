@@ -488,7 +488,10 @@ class NvidiaSmiStreamReader:
         except asyncio.CancelledError:
             raise
         except TransportError as error:
-            self._fail(GpuCollectorError(error.reason, error.detail))
+            detail = error.detail
+            if decoder.last_skipped_line:  # nvidia-smi says why on stdout
+                detail = f"{detail} (last output: {decoder.last_skipped_line})"
+            self._fail(GpuCollectorError(error.reason, detail))
         except Exception as error:  # GpuCollectorError above, or a bug (internal_error)
             self._fail(error)
         finally:

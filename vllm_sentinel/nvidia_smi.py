@@ -153,6 +153,8 @@ class SmiStreamDecoder:
     Attributes:
         skipped: lines dropped so far, by reason (as ``parse_gpus``/``parse_compute_apps``,
             plus ``line_too_long`` for a line over 4 KiB); a round keeps its good rows.
+        last_skipped_line: the last line dropped (at most 200 characters): nvidia-smi prints
+            its errors on stdout ("No devices were found"), so this names why a stream died.
     """
 
     def __init__(self, query: Literal["gpus", "apps"]) -> None:
@@ -162,6 +164,7 @@ class SmiStreamDecoder:
         self._devices: list[GpuDevice] = []
         self._processes: list[GpuProcess] = []
         self.skipped: Counter[str] = Counter()
+        self.last_skipped_line = ""
 
     @property
     def pending(self) -> bool:
@@ -185,14 +188,14 @@ class SmiStreamDecoder:
                 try:
                     self._processes.append(_app_row(fields))
                 except _RowError as bad:
-                    self.skipped[str(bad)] += 1
+                    self._skip(str(bad), fields)
             return []
         rounds: list[ParsedRows[GpuDevice]] = []
         for fields in _rows(b"\n".join(lines)):
             try:
                 device = _gpu_row(fields)
             except _RowError as bad:
-                self.skipped[str(bad)] += 1
+                self._skip(str(bad), fields)
                 continue
             if self._devices and device.index <= self._devices[-1].index:
                 rounds.append(ParsedRows(tuple(self._devices)))
@@ -213,6 +216,10 @@ class SmiStreamDecoder:
             return None
         processes, self._processes = tuple(self._processes), []
         return ParsedRows(processes)
+
+    def _skip(self, reason: str, fields: list[str]) -> None:
+        self.skipped[reason] += 1
+        self.last_skipped_line = ", ".join(fields)[:200]
 
     def _count_overflows(self) -> None:
         overflows = self._lines.overflows

@@ -818,6 +818,50 @@ class TestCgroupReader:
         assert texts == {4122: self.CGROUPS[4122]}
 
     @pytest.mark.asyncio
+    async def test_units_of_reads_each_pid_once_while_it_stays(self, tmp_path: Path) -> None:
+        """Known PIDs cost no command; a new PID is read alone; a PID that left is forgotten
+        and read again when it comes back (the kernel may have reused it)."""
+        _proc_tree(tmp_path, self.CGROUPS)
+        transport = CountingTransport()
+        reader = CgroupReader(transport, proc_root=str(tmp_path))
+        first = await reader.units_of([4121, 4122, 4124])
+        assert first == {4121: "vllm-kimi-k25.service", 4122: "vllm-b.service"}
+        for _ in range(5):
+            assert await reader.units_of([4122, 4121, 4124]) == first
+        assert len(transport.commands) == 1
+        assert await reader.units_of([4121, 4123]) == {
+            4121: "vllm-kimi-k25.service",
+            4123: "session-2.scope",
+        }
+        assert transport.commands[1][4:] == [f"{tmp_path}/4123/cgroup"]
+        (tmp_path / "4122" / "cgroup").write_text("0::/system.slice/vllm-c.service\n")
+        assert await reader.units_of([4121, 4122]) == {
+            4121: "vllm-kimi-k25.service",
+            4122: "vllm-c.service",  # left, came back: read again
+        }
+        assert transport.commands[2][4:] == [f"{tmp_path}/4122/cgroup"]
+        assert reader.pids_read == 5
+
+    @pytest.mark.asyncio
+    async def test_units_of_keeps_nothing_from_a_failed_read(self, tmp_path: Path) -> None:
+        """A transport failure raises and caches nothing: the next poll reads the PID again."""
+        _proc_tree(tmp_path, self.CGROUPS)
+
+        class FailsOnce(CountingTransport):
+            failed = False
+
+            async def run(self, argv: Sequence[str], timeout: float) -> bytes:
+                if not self.failed:
+                    self.failed = True
+                    raise TransportError(self.host, "timeout", "slow host")
+                return await super().run(argv, timeout)
+
+        reader = CgroupReader(FailsOnce(), proc_root=str(tmp_path))
+        with pytest.raises(GpuCollectorError):
+            await reader.units_of([4121])
+        assert await reader.units_of([4121]) == {4121: "vllm-kimi-k25.service"}
+
+    @pytest.mark.asyncio
     async def test_no_pids_runs_nothing(self) -> None:
         """An empty PID set returns at once without a command."""
         transport = CountingTransport()

@@ -6,8 +6,10 @@ from vllm_sentinel.nvidia_smi import (
     MIB,
     QUERY_APPS_ARGV,
     QUERY_GPUS_ARGV,
+    SmiStreamDecoder,
     parse_compute_apps,
     parse_gpus,
+    stream_argv,
 )
 from vllm_sentinel.snapshot import GpuDevice, GpuProcess
 
@@ -200,3 +202,61 @@ class TestParseComputeApps:
             "invalid_pid": 1,
             "not_available": 1,
         }
+
+
+class TestStreams:
+    """``nvidia-smi … -lms N``: rounds of rows, read incrementally."""
+
+    def test_stream_argv_adds_the_loop_in_milliseconds(self) -> None:
+        """The interval becomes ``-lms`` in whole milliseconds, at least 1."""
+        assert stream_argv(QUERY_GPUS_ARGV, 2.0) == (*QUERY_GPUS_ARGV, "-lms", "2000")
+        assert stream_argv(QUERY_APPS_ARGV, 0.25) == (*QUERY_APPS_ARGV, "-lms", "250")
+        assert stream_argv(QUERY_APPS_ARGV, 0.0001)[-1] == "1"
+
+    def test_gpu_rounds_end_where_the_index_starts_again_in_any_chunking(self) -> None:
+        """Three rounds of eight H200s cut at every byte give the same rounds as parse_gpus."""
+        data = (EIGHT_H200 * 3).encode()
+        expected = parse_gpus(EIGHT_H200).rows
+        for size in (1, 7, 64, len(data)):
+            decoder = SmiStreamDecoder("gpus")
+            rounds = []
+            for start in range(0, len(data), size):
+                rounds += decoder.feed(data[start : start + size])
+            assert [r.rows for r in rounds] == [expected, expected]  # the third is pending
+            assert decoder.pending
+            last = decoder.flush_gpus()
+            assert last is not None and last.rows == expected
+            assert decoder.flush_gpus() is None and not decoder.pending
+            assert decoder.skipped == {}
+
+    def test_a_malformed_line_is_counted_and_the_round_keeps_the_rest(self) -> None:
+        """Bad rows are dropped by reason; the good rows of the round stay together."""
+        lines = EIGHT_H200.splitlines()
+        lines[3] = "3, GPU-x, NVIDIA H200, 12x, 143771"  # invalid_number
+        lines.insert(5, "garbage")  # wrong_field_count
+        decoder = SmiStreamDecoder("gpus")
+        assert decoder.feed(("\n".join(lines) + "\n").encode()) == []
+        devices = decoder.flush_gpus()
+        assert devices is not None
+        assert [device.index for device in devices.rows] == [0, 1, 2, 4, 5, 6, 7]
+        assert decoder.skipped == {"invalid_number": 1, "wrong_field_count": 1}
+
+    def test_an_over_long_line_is_dropped_and_counted_once(self) -> None:
+        """A line over 4 KiB (no row of ours) is skipped as line_too_long, memory bounded."""
+        decoder = SmiStreamDecoder("gpus")
+        decoder.feed(b"0, GPU-a, X, 1, 2\n" + b"x" * 3000)
+        decoder.feed(b"y" * 3000 + b"\n1, GPU-b, X, 3, 4\n")
+        devices = decoder.flush_gpus()
+        assert devices is not None and [d.uuid for d in devices.rows] == ["GPU-a", "GPU-b"]
+        assert decoder.skipped == {"line_too_long": 1}
+
+    def test_apps_rounds_end_only_when_flushed(self) -> None:
+        """Process rows have no round mark: they wait for the quiet-stream flush."""
+        decoder = SmiStreamDecoder("apps")
+        assert decoder.feed(EIGHT_H200_APPS.encode()) == []
+        assert decoder.feed(b"No running processes found\n" + b"GPU-a, 0, 12\n") == []
+        processes = decoder.flush_apps()
+        assert processes is not None
+        assert processes.rows == parse_compute_apps(EIGHT_H200_APPS).rows
+        assert decoder.skipped == {"invalid_pid": 1}
+        assert decoder.flush_apps() is None

@@ -16,11 +16,11 @@
   each process's unit; ``units_of`` reads each PID once and keeps its unit while the PID
   stays in the readings.
 * ``GpuPoller`` calls a reader every ``interval_seconds`` (or as fast as a stream reader
-  hands out rounds) and hands each ``GpuReading`` to ``emit``. A failing read sets its ``CollectorState`` down with a bounded reason, logs
-  ``gpu_collector_down`` once, and is retried with capped exponential backoff and jitter
-  (tenacity); the first good read after that logs ``gpu_collector_up`` once. A host without
-  NVIDIA driver ends down with reason ``NVMLError_LibraryNotFound`` and the rest of the
-  daemon carries on.
+  hands out rounds) and hands each ``GpuReading`` to ``emit``. A failing read sets its
+  ``CollectorState`` down with a bounded reason, logs ``gpu_collector_down`` once, and is
+  retried with capped exponential backoff and jitter (tenacity); the first good read after
+  that logs ``gpu_collector_up`` once. A host without NVIDIA driver ends down with reason
+  ``NVMLError_LibraryNotFound`` and the rest of the daemon carries on.
 
 Nothing here reads the wall clock or sleeps directly: ``now`` and ``sleep`` are injected.
 """

@@ -128,8 +128,7 @@ class TestNvidiaSmiStreams:
                 await reader.read()
                 state.write_text(json.dumps({"exit_code": 9, "message": "driver gone"}))
                 with pytest.raises(GpuCollectorError) as failed:
-                    for _ in range(100):
-                        await reader.read()
+                    await read_until(reader, lambda _reading: False)
                 assert failed.value.reason == "command_failed"
                 assert "driver gone" in failed.value.detail
                 state.write_text(smi_state(3000))

@@ -399,8 +399,7 @@ class NvidiaSmiStreamReader:
         self._apps_max_age = 1.5 * interval_seconds + 0.5
         self._now = now
         self._tasks: list[asyncio.Task[None]] = []
-        self._decoders: list[SmiStreamDecoder] = []
-        self._skipped_before: Counter[str] = Counter()  # of streams that ended
+        self.lines_skipped: Counter[str] = Counter()  # every stream's decoder counts here
         self._round: ParsedRows[GpuDevice] | None = None
         self._failure: BaseException | None = None
         self._ready = asyncio.Event()
@@ -443,10 +442,7 @@ class NvidiaSmiStreamReader:
 
     def skipped(self) -> dict[str, int]:
         """nvidia-smi lines that could not be read: ``gpu_line_<reason>``."""
-        counts = Counter(self._skipped_before)
-        for decoder in self._decoders:
-            counts.update(decoder.skipped)
-        return {f"gpu_line_{reason}": count for reason, count in counts.items()}
+        return {f"gpu_line_{reason}": count for reason, count in self.lines_skipped.items()}
 
     def _start(self) -> None:
         self._round = None
@@ -469,8 +465,7 @@ class NvidiaSmiStreamReader:
 
     async def _follow(self, query: Literal["gpus", "apps"], argv: tuple[str, ...]) -> None:
         """Read one stream until it ends or fails (then ``read`` raises), or is cancelled."""
-        decoder = SmiStreamDecoder(query)
-        self._decoders.append(decoder)
+        decoder = SmiStreamDecoder(query, skipped=self.lines_skipped)
         loop = asyncio.get_running_loop()
         timer: asyncio.TimerHandle | None = None
         try:
@@ -497,8 +492,6 @@ class NvidiaSmiStreamReader:
         finally:
             if timer is not None:
                 timer.cancel()
-            self._decoders.remove(decoder)
-            self._skipped_before.update(decoder.skipped)
 
     def _settled(self, decoder: SmiStreamDecoder) -> None:
         """The stream went quiet: its round in progress is complete."""

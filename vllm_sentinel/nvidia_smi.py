@@ -149,6 +149,8 @@ class SmiStreamDecoder:
 
     Args:
         query: ``"gpus"`` (``QUERY_GPUS_ARGV`` rows) or ``"apps"`` (``QUERY_APPS_ARGV`` rows).
+        skipped: the counter to count dropped lines in (a reader's, kept across the streams
+            it restarts); a new one by default.
 
     Attributes:
         skipped: lines dropped so far, by reason (as ``parse_gpus``/``parse_compute_apps``,
@@ -157,13 +159,15 @@ class SmiStreamDecoder:
             its errors on stdout ("No devices were found"), so this names why a stream died.
     """
 
-    def __init__(self, query: Literal["gpus", "apps"]) -> None:
+    def __init__(
+        self, query: Literal["gpus", "apps"], *, skipped: Counter[str] | None = None
+    ) -> None:
         self._query = query
         self._lines = LineBuffer(_MAX_LINE_BYTES, keep_truncated=False)
         self._overflows_counted = 0
         self._devices: list[GpuDevice] = []
         self._processes: list[GpuProcess] = []
-        self.skipped: Counter[str] = Counter()
+        self.skipped: Counter[str] = Counter() if skipped is None else skipped
         self.last_skipped_line = ""
 
     @property

@@ -75,6 +75,7 @@ Item = JournalBatch | GpuSample | GpuDown | Tick | HealthProbeResult
 _QUEUE_SIZE = 4096
 _MAX_TICK_SECONDS = 1.0
 _HOST_STOP_SECONDS = 10.0
+_GPU_REPEATS_SKIPPED = 10  # of ten equal GPU readings in a row, one is queued
 
 HOST_DOWN_DETECTION_RATIO = 1.25
 """A dead SSH peer is dropped within this many poll intervals (the tick adds at most 1/4)."""
@@ -161,6 +162,9 @@ class _HostRunner:
     prober: HealthProber | None = None
     task: asyncio.Task[None] | None = None
     gpu_down: bool = field(default=False)
+    # devices, processes and owners of the last GPU sample queued (an equal reading is not)
+    gpu_figures: tuple[object, ...] | None = None
+    gpu_repeats: int = 0  # readings equal to gpu_figures not queued since
 
 
 class Daemon:
@@ -390,7 +394,16 @@ class Daemon:
             except GpuCollectorError as error:
                 _log.debug("gpu_cgroups_unreadable", host=name, reason=error.reason)
                 owners = {}
+            figures = (reading.devices, reading.processes, owners)
+            if figures == runner.gpu_figures and not runner.gpu_down:
+                # the Monitor has these figures: an idle host's reading costs no queue item,
+                # but every tenth is sent (journal PIDs may attribute a process meanwhile)
+                runner.gpu_repeats += 1
+                if runner.gpu_repeats < _GPU_REPEATS_SKIPPED:
+                    return
             runner.gpu_down = False
+            runner.gpu_figures = figures
+            runner.gpu_repeats = 0
             await self._queue.put(GpuSample(name, reading, owners))
 
         while True:

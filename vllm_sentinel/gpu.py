@@ -406,6 +406,7 @@ class NvidiaSmiStreamReader:
         self._processes: tuple[GpuProcess, ...] = ()
         self._processes_at: float | None = None  # loop time of the latest process round
         self._apps_seen = asyncio.Event()
+        self._output_bytes = 0  # of the device stream since it started (for the timeout detail)
         self.streams_started = 0
 
     async def read(self) -> GpuReading:
@@ -420,8 +421,13 @@ class NvidiaSmiStreamReader:
             self._start()
         limit = self._timeout + self._interval
         if not await _wait_event(self._ready, limit):
+            seen = self._output_bytes
             await self._stop()
-            raise GpuCollectorError("timeout", f"no nvidia-smi round within {limit:g}s")
+            raise GpuCollectorError(
+                "timeout",
+                f"no nvidia-smi round within {limit:g}s ({seen} bytes of device rows since "
+                f"the stream started)",
+            )
         self._ready.clear()
         if self._failure is not None:
             failure, self._failure = self._failure, None
@@ -450,6 +456,7 @@ class NvidiaSmiStreamReader:
         self._ready.clear()
         self._processes, self._processes_at = (), None
         self._apps_seen.clear()
+        self._output_bytes = 0
         self.streams_started += 1
         self._tasks = [
             asyncio.ensure_future(self._follow("gpus", QUERY_GPUS_ARGV)),
@@ -472,6 +479,8 @@ class NvidiaSmiStreamReader:
             stream = self._transport.stream(stream_argv(argv, self._interval))
             async with contextlib.aclosing(stream) as chunks:
                 async for chunk in chunks:
+                    if query == "gpus":
+                        self._output_bytes += len(chunk)
                     if timer is not None:
                         timer.cancel()
                         timer = None

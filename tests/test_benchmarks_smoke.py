@@ -18,7 +18,7 @@ from tests.conftest import require_binary
 from tests.support.journal_writer import JOURNAL_REMOTE
 
 ROOT = Path(__file__).resolve().parent.parent
-SECTIONS = ("throughput", "latency", "footprint", "scrape")
+SECTIONS = ("cli", "replay", "throughput", "latency", "footprint", "scrape")
 
 
 def _numbers(node: object) -> list[float]:
@@ -51,12 +51,17 @@ def test_quick_mode_writes_a_well_formed_report(tmp_path: Path) -> None:
         assert isinstance(report[section], dict), section
         assert "error" not in report[section], report[section].get("error")
     assert report["throughput"]["contenders"]["engine_text"]["lines"] > 0
+    commands = report["cli"]["commands"]
+    assert {"python_pass", "version", "help", "replay_small_file", "check_config"} <= set(commands)
+    assert commands["python_pass"]["vs_python_pass"] == 1.0
+    assert report["replay"]["replay"]["found"]["incarnations"] > 0
+    assert report["replay"]["lines"] >= 5_000
     assert report["throughput"]["references_agree"] is True
     assert report["latency"]["markers"] > 0
     assert {"idle", "rate_1000", "rate_10000"} <= set(report["footprint"]["local"])
     assert report["scrape"]["text"]["identical_to_prometheus_client"] is True
     targets = report["targets"]
-    assert len(targets) == 8
+    assert len(targets) == 14
     assert all(set(target) == {"target", "value", "limit", "unit", "met"} for target in targets)
     assert all(math.isfinite(number) for number in _numbers(report) if not math.isnan(number))
     assert b"report:" in result.stdout

@@ -372,9 +372,13 @@ class Monitor:
         trackers = list(host.trackers)
         journal_pids = {tracker.unit: tracker.current_pids() for tracker in trackers}
         attributed = attribute_processes(reading, sample.unit_of_pid, journal_pids)
-        host.gpu_processes = place_processes(reading, sample.unit_of_pid, journal_pids)
+        placed = place_processes(reading, sample.unit_of_pid, journal_pids)
         usage = {tracker.unit: attributed.get(tracker.unit, {}) for tracker in trackers}
-        changed = reading.devices != host.gpus or usage != host.unit_gpu_bytes
+        changed = (
+            reading.devices != host.gpus
+            or usage != host.unit_gpu_bytes
+            or placed != host.gpu_processes
+        )
         for unit, per_gpu in usage.items():
             growth = host.growth.get(unit)
             if growth is None:
@@ -383,6 +387,7 @@ class Monitor:
         if changed:  # the same figures as before leave the published units as they are
             host.gpus = reading.devices
             host.unit_gpu_bytes = usage
+            host.gpu_processes = placed
             host.published = None
             host.decorated.clear()
 

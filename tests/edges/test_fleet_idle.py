@@ -42,7 +42,7 @@ def test_a_publish_between_ticks_rebuilds_only_touched_hosts() -> None:
     a host an item touched is rebuilt; a full publish refreshes everyone."""
     monitor = _monitor()
     states = {"h0": CollectorState(up=True, since=NOW), "h1": CollectorState(up=True, since=NOW)}
-    for name in states:
+    for name in ("h0", "h1"):
         monitor.register_collector(name, "gpu", lambda name=name: states[name])
     first = monitor.publish()
     states["h0"] = states["h1"] = CollectorState(up=False, since=NOW, reason="timeout")

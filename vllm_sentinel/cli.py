@@ -132,7 +132,6 @@ def replay_command(
     keeps every message whole.
     """
     from datetime import UTC, datetime
-    from pathlib import Path
 
     from vllm_sentinel.inputs import InputError, read_input
     from vllm_sentinel.replay import InputFormat, replay
@@ -147,7 +146,7 @@ def replay_command(
             (read_input(path) for path in files),
             input_format=InputFormat(input_format),
             unit=unit,
-            names=[Path(path).name if path != "-" else "stdin" for path in files],
+            names=[os.path.basename(path) if path != "-" else "stdin" for path in files],
             reference_year=datetime.now(UTC).year,
         )
     except InputError as error:

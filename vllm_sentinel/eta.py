@@ -33,7 +33,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from statistics import median
 from types import MappingProxyType
 
 from vllm_sentinel.phases import PHASE_ORDER, STARTUP_PHASES, Outcome, Phase
@@ -60,6 +59,15 @@ HISTORY_SIZE = 20
 
 RECENT_STARTS = 5
 """How many of the newest comparable records the medians use."""
+
+
+def _median(values: Iterable[float]) -> float:
+    """``statistics.median``, imported on first use: statistics pulls in random, fractions and
+    decimal (4 ms), which a ``replay`` without history never needs."""
+    import statistics
+
+    return statistics.median(values)
+
 
 _STARTUP = frozenset(STARTUP_PHASES)
 _RANK: Mapping[Phase, int] = MappingProxyType({phase: i for i, phase in enumerate(PHASE_ORDER)})
@@ -183,7 +191,7 @@ def usual_phase_seconds(
 ) -> float | None:
     """The median seconds of ``phase`` over the newest ``recent`` records that passed it."""
     values = [record.phase_seconds[phase] for record in records if phase in record.phase_seconds]
-    return float(median(values[-recent:])) if values else None
+    return float(_median(values[-recent:])) if values else None
 
 
 def _after(record: StartupRecord, phase: Phase) -> float:
@@ -255,12 +263,12 @@ def estimate_ready(
     chosen = chosen[-recent:] if recent > 0 else ()
     entered = incarnation.phase_entered_at
     if chosen and vllm_rest is not None:
-        seconds = vllm_rest + float(median(_after(record, phase) for record in chosen))
+        seconds = vllm_rest + float(_median(_after(record, phase) for record in chosen))
         basis = EtaBasis.BOTH
     elif chosen and entered is not None:
         spent = max(0.0, _seconds(now, entered))
         seconds = float(
-            median(
+            _median(
                 max(0.0, record.phase_seconds.get(phase, 0.0) - spent) + _after(record, phase)
                 for record in chosen
             )
@@ -286,7 +294,7 @@ def compare_startup(
         PhaseComparison(phase, seconds, usual_phase_seconds(chosen, phase, recent))
         for phase, seconds in sorted(record.phase_seconds.items(), key=lambda item: _RANK[item[0]])
     )
-    usual = float(median(item.startup_seconds for item in chosen)) if chosen else None
+    usual = float(_median(item.startup_seconds for item in chosen)) if chosen else None
     return StartupComparison(
         record.startup_seconds, usual, len(chosen), own and bool(chosen), phases
     )

@@ -377,7 +377,8 @@ class NvidiaSmiStreamReader:
     the collector down and calls ``read`` again after its backoff, which starts them again):
     the transport's reason when a stream cannot start or fails (``ssh_connection_lost``,
     ``command_failed`` …), ``stream_ended`` when nvidia-smi exits without error, ``timeout``
-    when no round comes within ``timeout_seconds + interval``. Lines that do not parse are
+    when no round comes within ``timeout_seconds + interval`` (the first round of a stream:
+    ``2 × timeout_seconds + interval``). Lines that do not parse are
     dropped and counted by reason (``skipped``: ``gpu_line_<reason>``), the round keeps the rest.
     """
 
@@ -419,7 +420,9 @@ class NvidiaSmiStreamReader:
         fresh = not self._tasks
         if fresh:
             self._start()
-        limit = self._timeout + self._interval
+        # the first round of a stream also waits for the channel and nvidia-smi's start (the
+        # driver's, without persistence mode): twice the query timeout
+        limit = self._timeout * (2 if fresh else 1) + self._interval
         if not await _wait_event(self._ready, limit):
             seen = self._output_bytes
             await self._stop()

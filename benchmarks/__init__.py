@@ -1,9 +1,10 @@
-"""vllm-sentinel's performance suite: engine throughput against mtail and grep, detection
-latency, daemon footprint, and scrape cost.
+"""vllm-sentinel's performance suite: CLI start-up against ``python -c pass`` and replay end
+to end against mtail (the installed command), engine throughput against mtail and grep,
+detection latency, daemon footprint (local and a fleet over SSH), and scrape cost.
 
 Run it from the repository root (it reuses the test helpers in ``tests/support``)::
 
-    python -m benchmarks                 # the full suite: ~10 minutes on 2 cores
+    python -m benchmarks                 # the full suite: ~20 minutes on 2 cores
     python -m benchmarks --quick         # everything tiny, seconds: a smoke test, not figures
     python -m benchmarks --only throughput,scrape --runs 5 --output report.json
 

@@ -239,8 +239,14 @@ class Monitor:
         for host in self._hosts.values():
             host.published = None
             host.decorated.clear()
-        known = (*self._previous, *self._counted, *self._stalled, *self._unhealthy)
-        known = (*self._previous, *self._counted, *self._stalled, *self._slow, *self._ready_seen)
+        known = (
+            *self._previous,
+            *self._counted,
+            *self._stalled,
+            *self._unhealthy,
+            *self._slow,
+            *self._ready_seen,
+        )
         for key in [key for key in known if not self._keeps(*key)]:
             self._previous.pop(key, None)
             self._counted.pop(key, None)

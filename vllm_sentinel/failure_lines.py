@@ -291,13 +291,31 @@ FAILURE_LINES: tuple[FailureLine, ...] = (
 )
 """Every failure-line shape; the first row that matches a line wins."""
 
-_NEEDLE = re.compile(
-    r"terminate called|what\(\)|Failed[:,] |NCCL WARN|\[E\d{3,4} |(?:CUDA|HIP|cuda|hip) error: "
-    r"|cannot find -l|collect2:|ninja:|FAILED: |error: command|nvcc fatal|exited with code"
-    r"|exit code \d|Fatal Python error|received at time=|module specification|No module named"
-    r"|device critical error"
-    r"|not found|" + _SIGNAL_WORDS
+# The cheap test every failure line passes before the table is searched (raw lines are common:
+# progress bars, native stack frames, Python warnings). Most shapes begin the line: one
+# anchored match fails at its first characters; the few that do not are found by substrings.
+_LINE_START = re.compile(
+    r"\s*what\(\)|terminate called|Failed[:,] |\[?rank\d+\]:\[E|\[E\d|(?:CUDA|HIP|cuda|hip) "
+    r"error: |Synapse detected|collect2:|ninja:|FAILED: |error: command|nvcc fatal|\[\d+\][+-]? "
+    r"|(?:\d+ +)?(?:" + _SIGNAL_WORDS + r")|command terminated|Fatal Python error"
 )
+
+
+def _may_fail(body: str) -> bool:
+    """True when ``body`` may be a failure line (the cheap test before the table)."""
+    return (
+        _LINE_START.match(body) is not None
+        or "NCCL WARN" in body
+        or "received at time=" in body
+        or ": line " in body
+        or "exited with code" in body
+        or "not found" in body
+        or "cannot find -l" in body
+        or "module specification" in body
+        or "No module named" in body
+    )
+
+
 _STOP_WORDS = frozenset({"Terminated", "Hangup"})
 _STOP_CODES = frozenset({0, 143, 129})  # exit 0, SIGTERM, SIGHUP: somebody stopped it
 
@@ -322,7 +340,7 @@ def classify_failure_line(body: str) -> FailureMatch | None:
         the status decides), how an ``ENDS`` row ends the incarnation, and the line itself as
         the evidence text.
     """
-    if _NEEDLE.search(body) is None:
+    if not _may_fail(body):
         return None
     for row in FAILURE_LINES:
         found = row.regex.search(body)

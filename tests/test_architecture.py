@@ -30,6 +30,7 @@ CORE = (
     "crash",
     "incarnations",
     "tracker",
+    "counters",
     "stall",
     "eta",
     "attribution",

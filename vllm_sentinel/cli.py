@@ -224,14 +224,19 @@ def _setup_logging(log_format: str, log_level: str) -> None:
 def run_command(
     config_path: str | None, log_format: str, log_level: str, listen: str | None
 ) -> None:
-    """Run the monitoring daemon: follow journals, poll GPUs, serve /metrics and /status."""
+    """Run the monitoring daemon: follow journals, poll GPUs, serve /metrics and /status.
+
+    Exit status 0 after SIGTERM/SIGINT; 1 when the last cursors and counters could not be
+    saved, or the address cannot be bound; 2 for an invalid config or a state directory that
+    cannot be written (one line on stderr).
+    """
     import asyncio
 
     import structlog
 
     from vllm_sentinel.config import default_config, load_config
     from vllm_sentinel.daemon import Daemon
-    from vllm_sentinel.errors import ConfigError
+    from vllm_sentinel.errors import ConfigError, StateDirectoryError
 
     if listen is not None:
         _check_listen_option(listen)
@@ -251,7 +256,7 @@ def run_command(
         where = listen or config.exporter.listen
         click.echo(f"vllm-sentinel: cannot serve on {where}: {error}", err=True)
         sys.exit(1)
-    except ConfigError as error:
+    except (ConfigError, StateDirectoryError) as error:
         click.echo(f"vllm-sentinel: {error}", err=True)
         sys.exit(2)
     sys.exit(status)

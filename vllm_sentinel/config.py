@@ -20,7 +20,9 @@ Rules worth knowing (``config.example.toml`` documents every key):
   never completed silently. Globs may use ``* ? [ ]`` and must end with a suffix or ``*``.
   Nothing else is accepted (spaces, ``;``, ``$``, quotes, backticks, newlines), so a unit name
   can never become shell syntax on a remote host.
-* **journalctl_args** come from an allow-list of options that only choose which journal to read.
+* **journalctl_args** come from an allow-list of options that only choose which journal to read
+  (``JOURNALCTL_OPTIONS``), each value checked for its kind (an absolute path, a name); no value
+  may start with ``-``.
 * A host is ``local = true`` or has an ``address``, never both. SSH keys apply to remote hosts
   only. A remote host needs ``known_hosts`` unless ``insecure_accept_any_host_key = true``,
   which is accepted with a loud entry in ``Config.warnings``.
@@ -73,6 +75,7 @@ if TYPE_CHECKING:  # imported where used: asyncssh (0.2 s) is not for check-conf
 __all__ = [
     "DEFAULT_UNITS",
     "JOURNALCTL_FLAGS",
+    "JOURNALCTL_OPTIONS",
     "JOURNALCTL_VALUE_OPTIONS",
     "UNIT_SUFFIXES",
     "Config",
@@ -113,13 +116,36 @@ UNIT_SUFFIXES: frozenset[str] = frozenset(
 DEFAULT_UNITS: tuple[str, ...] = ("vllm*.service",)
 """Units a host watches when its table has no ``units`` key."""
 
-JOURNALCTL_VALUE_OPTIONS: frozenset[str] = frozenset(
-    {"--directory", "--file", "--root", "--machine", "--namespace"}
+
+class _ArgValue(StrEnum):
+    """What the value of an allowed ``journalctl_args`` option may be."""
+
+    PATH = "an absolute path"
+    PATH_GLOB = "an absolute path (globs allowed)"
+    NAME = "a name of letters, digits and '_.-'"
+    NAMESPACE = "a namespace name of letters, digits and '_.-', or '*', or '+' and a name"
+
+
+JOURNALCTL_OPTIONS: Mapping[str, tuple[_ArgValue, str]] = types.MappingProxyType(
+    {
+        "--directory": (_ArgValue.PATH, "a directory of journal files (journal-remote)"),
+        "--file": (_ArgValue.PATH_GLOB, "journal files by name"),
+        "--root": (_ArgValue.PATH, "the journal of another OS tree (a mounted image)"),
+        "--machine": (_ArgValue.NAME, "a local container's journal (systemd-machined)"),
+        "--namespace": (_ArgValue.NAMESPACE, "a journal namespace (journald@NAMESPACE)"),
+    }
 )
-"""journalctl options allowed in ``journalctl_args``, written ``--option=value``."""
+"""journalctl options allowed in ``journalctl_args``, written ``--option=value``: only those
+that choose which journal is read (journalctl(1)); each with what its value may be and why it
+is there. Anything that changes the output (``--output``), the entries (``--since``, matches)
+or runs something (``--image`` loop-mounts a file) is refused: the daemon sets those itself."""
+
+JOURNALCTL_VALUE_OPTIONS: frozenset[str] = frozenset(JOURNALCTL_OPTIONS)
+"""The option names of ``JOURNALCTL_OPTIONS``."""
 
 JOURNALCTL_FLAGS: frozenset[str] = frozenset({"--merge", "-m", "--user", "--system"})
-"""journalctl flags allowed in ``journalctl_args`` as they are."""
+"""journalctl flags allowed in ``journalctl_args`` as they are: which journals to interleave
+(``--merge``: all of them; ``--user``/``--system``: the user's or the system's)."""
 
 _UNIT_MAX = 255
 _UNIT_CHARS = re.compile(r"[A-Za-z0-9:_.\\@-]")
@@ -130,6 +156,7 @@ _ADDRESS = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.:%_-]{0,252})")
 _USER = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_.@-]{0,63}")
 _DNS_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252})")
 _ARG_FORBIDDEN = frozenset(";&|<>()$`'\"\\!{}~#")
+_ARG_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 _SEEN_HOST_NAMES = "seen_host_names"
 _REMOTE_ONLY_KEYS = (
     "port",
@@ -233,7 +260,8 @@ def _check_journalctl_arg(value: str) -> str:
     if value in JOURNALCTL_FLAGS:
         return value
     option, equals, argument = value.partition("=")
-    if option in JOURNALCTL_VALUE_OPTIONS and equals:
+    allowed_value = JOURNALCTL_OPTIONS.get(option)
+    if allowed_value is not None and equals:
         if not argument:
             raise ValueError(f"{value!r}: the option needs a value after '='")
         bad = sorted({char for char in argument if char in _ARG_FORBIDDEN})
@@ -241,6 +269,18 @@ def _check_journalctl_arg(value: str) -> str:
             raise ValueError(
                 f"{value!r}: {', '.join(repr(char) for char in bad)} not allowed in the value"
             )
+        kind = allowed_value[0]
+        if argument.startswith("-"):
+            raise ValueError(f"{value!r}: the value must not start with '-' (it must be {kind})")
+        if kind in (_ArgValue.PATH, _ArgValue.PATH_GLOB):
+            if not argument.startswith("/"):
+                raise ValueError(f"{value!r}: the value must be {kind}")
+            if kind is _ArgValue.PATH and any(char in argument for char in "*?[]"):
+                raise ValueError(f"{value!r}: the value must be {kind}, without globs")
+        elif not _ARG_NAME.fullmatch(
+            argument[1:] if kind is _ArgValue.NAMESPACE and argument[:1] == "+" else argument
+        ) and not (kind is _ArgValue.NAMESPACE and argument == "*"):
+            raise ValueError(f"{value!r}: the value must be {kind}")
         return value
     allowed = sorted(f"{option}=" for option in JOURNALCTL_VALUE_OPTIONS) + sorted(JOURNALCTL_FLAGS)
     raise ValueError(
@@ -877,11 +917,7 @@ def default_config() -> Config:
 
 
 def _missing_files(config: Config) -> list[str]:
-    checks: list[tuple[str, str]] = [
-        ("exporter.tls_cert_file", config.exporter.tls_cert_file),
-        ("exporter.tls_key_file", config.exporter.tls_key_file),
-        ("exporter.web_config_file", config.exporter.web_config_file),
-    ]
+    checks: list[tuple[str, str]] = []
     for index, host in enumerate(config.hosts):
         if host.address is None:
             continue
@@ -901,15 +937,20 @@ def _missing_files(config: Config) -> list[str]:
 def check_config(path: str | os.PathLike[str]) -> list[str]:
     """Validate a file and summarise it for ``vllm-sentinel check-config``, one line per item.
 
-    Files the config names (TLS, web config, known_hosts, client keys) are checked here only,
-    and a missing one is a warning: it may be deployed after the config.
+    The exporter's web config file and TLS files are read exactly as ``run`` reads them
+    (``http.load_exporter_security``): one that ``run`` would refuse is an error here too.
+    SSH files (known_hosts, client keys) are checked for presence only, and a missing one is a
+    warning: it may be deployed after the config (the host's collector reports it).
 
     Raises:
         ConfigError: the file is invalid (the CLI exits 2 with the message).
     """
     config = load_config(path)
+    from vllm_sentinel.http import load_exporter_security  # the daemon's own check
+
+    security = load_exporter_security(config.exporter)
     exporter = config.exporter
-    security = (
+    mode = (
         "web config " + exporter.web_config_file
         if exporter.web_config_file
         else "TLS"
@@ -919,7 +960,7 @@ def check_config(path: str | os.PathLike[str]) -> list[str]:
     unit_count = sum(len(host.units) for host in config.hosts)
     lines = [
         f"{os.fspath(path)}: OK",
-        f"exporter: listening on {exporter.listen} ({security})",
+        f"exporter: listening on {exporter.listen} ({mode})",
         f"hosts: {len(config.hosts)}, unit names or globs: {unit_count}",
     ]
     for host in config.hosts:
@@ -935,5 +976,16 @@ def check_config(path: str | os.PathLike[str]) -> list[str]:
             f"shard {config.shard}: watches {len(watched)} of {len(config.hosts)} hosts"
             + (f": {', '.join(watched)}" if watched else "")
         )
-    lines += [f"warning: {text}" for text in (*config.warnings, *_missing_files(config))]
+    if "hosts" not in config.model_fields_set:
+        lines.append(
+            "warning: no [[hosts]] table: `run` watches this machine's "
+            f"{', '.join(DEFAULT_UNITS)} units, and a reload (SIGHUP) refuses such a file"
+        )
+    warnings = [*config.warnings, *_missing_files(config)]
+    if security.basic_auth_without_tls:
+        warnings.append(
+            f"exporter.web_config_file: {exporter.web_config_file} has basic_auth_users "
+            "without tls_server_config: passwords travel in clear text"
+        )
+    lines += [f"warning: {text}" for text in warnings]
     return lines

@@ -21,7 +21,11 @@
   replay verdict); ``crashes_total`` keeps the cause the crash was counted with.
 
 Counting follows ``counting``: a crash whose end was seen while it was False (history the
-daemon reported before) settles without adding to ``crashes_total``.
+daemon reported before) settles without adding to ``crashes_total``, unless the run that
+reported that history saw the crash and had not counted it yet: such a crash is *carried*
+(``counters.CarriedCrash``, restored by ``carry``) and counts when its end is read again, or
+by ``settle_carried`` when the journal no longer holds it. ``recent`` keeps the last crashes
+counted, each as it was when counted (one ``unit_crashed`` event each).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 
 from vllm_sentinel.causes import CrashCause, Evidence, EvidenceKind, choose_root_cause
+from vllm_sentinel.counters import CarriedCrash, micros
 from vllm_sentinel.incarnation import RECENT_EVENTS_KEPT, Incarnation
 from vllm_sentinel.phases import Outcome, Phase
 from vllm_sentinel.snapshot import CrashInfo
@@ -40,6 +45,7 @@ __all__ = ["CrashBook"]
 _MAX_EVIDENCE = 32
 _POST_READY_CAUSE_WINDOW = timedelta(minutes=5)
 _UNCONFIRMED_GRACE = 10  # × settle_seconds: how long a journal incarnation waits for systemd
+_RECENT = 16  # counted crashes kept for the Monitor's unit_crashed events
 
 
 def _evidence_rank(item: Evidence) -> tuple[int, float, int]:
@@ -70,6 +76,8 @@ class CrashBook:
         self.crashes_total: Counter[CrashCause] = Counter()
         self.last_evicted_crash: CrashInfo | None = None
         self.recent_crashes: deque[datetime] = deque(maxlen=RECENT_EVENTS_KEPT)  # history too
+        self.recent: deque[CrashInfo] = deque(maxlen=_RECENT)  # counted, as counted
+        self._carried: dict[str, CarriedCrash] = {}
 
     # --- evidence ------------------------------------------------------------------------
 
@@ -117,13 +125,59 @@ class CrashBook:
             ):
                 # systemd says the process failed after its log looked like a clean stop
                 incarnation.reopen_as_crashed()
-                incarnation.counted = self.counting
+                incarnation.counted = self._counts(incarnation)
                 self.unsettled.append(incarnation)
             return
         incarnation.close(outcome, time)
         if outcome is Outcome.CRASHED:
-            incarnation.counted = self.counting
+            incarnation.counted = self._counts(incarnation)
             self.unsettled.append(incarnation)
+
+    # --- carried across restarts of the daemon -----------------------------------------------
+
+    @staticmethod
+    def _key(incarnation: Incarnation) -> str | None:
+        if incarnation.id is not None:
+            return incarnation.id
+        ended = incarnation.ended_at
+        return f"t:{micros(ended)}" if ended is not None else None
+
+    def _counts(self, incarnation: Incarnation) -> bool:
+        """Whether a crash that just ended will count: read while counting, or carried."""
+        key = self._key(incarnation)
+        carried = key is not None and self._carried.pop(key, None) is not None
+        return self.counting or carried
+
+    def carry(self, crashes: Iterable[CarriedCrash]) -> None:
+        """Crashes a previous run applied without counting them yet: count each when its end
+        is read again (even as history)."""
+        self._carried = {crash.key: crash for crash in crashes}
+
+    def carried(self) -> tuple[CarriedCrash, ...]:
+        """The crashes that will count but are not counted yet: applied and unsettled, and
+        carried ones not read again."""
+        applied = []
+        for incarnation in self.unsettled:
+            key = self._key(incarnation)
+            if incarnation.counted and not incarnation.settled and key is not None:
+                crash = self.crash_info(incarnation)
+                applied.append(
+                    CarriedCrash(
+                        key, incarnation.started_at, incarnation.ended_at, crash.cause, crash.phase
+                    )
+                )
+        return (*applied, *self._carried.values())
+
+    def settle_carried(self) -> int:
+        """Count the carried crashes that were not read again (the journal no longer holds
+        them) with the cause known when they were saved (``unknown`` for ``pending``)."""
+        carried, self._carried = list(self._carried.values()), {}
+        for crash in carried:
+            cause = CrashCause.UNKNOWN if crash.cause is CrashCause.PENDING else crash.cause
+            self.crashes_total[cause] += 1
+            key = None if crash.key.startswith("t:") else crash.key
+            self.recent.append(CrashInfo(cause, "", "", crash.phase, crash.ended_at, key))
+        return len(carried)
 
     # --- settling ------------------------------------------------------------------------
 
@@ -171,7 +225,9 @@ class CrashBook:
         if incarnation.ended_at is not None:
             self.recent_crashes.append(incarnation.ended_at)
         if incarnation.counted:
-            self.crashes_total[self.crash_info(incarnation).cause] += 1
+            crash = self.crash_info(incarnation)
+            self.crashes_total[crash.cause] += 1
+            self.recent.append(crash)
 
     def forget(self, incarnation: Incarnation) -> None:
         """The tracker drops ``incarnation``: settle it now and keep its crash as the last."""

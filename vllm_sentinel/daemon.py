@@ -39,26 +39,18 @@ import structlog
 
 from vllm_sentinel import __version__
 from vllm_sentinel.config import Config, GpuBackend, HostConfig, load_config
-from vllm_sentinel.cursors import CursorStore
+from vllm_sentinel.cursors import CursorStore, HostState
 from vllm_sentinel.errors import ConfigError, GpuCollectorError
 from vllm_sentinel.exporter import SentinelCollector, make_registry
 from vllm_sentinel.gpu import CgroupReader, GpuPoller, GpuReader, NvidiaSmiStreamReader, NvmlReader
 from vllm_sentinel.health import HealthProbeResult
 from vllm_sentinel.history import HistoryStore
-from vllm_sentinel.http import (
-    BasicAuthenticator,
-    ServerHandle,
-    TlsServerConfig,
-    build_ssl_context,
-    load_web_config,
-    make_app,
-    start_http_server,
-)
-from vllm_sentinel.journal import FollowerSettings, JournalBatch, JournalFollower
-from vllm_sentinel.monitor import GpuDown, GpuSample, HostPlan, Monitor, Tick
+from vllm_sentinel.http import ServerHandle, load_exporter_security, make_app, start_http_server
+from vllm_sentinel.journal import FollowerSettings, HistoryBoundary, JournalBatch, JournalFollower
+from vllm_sentinel.monitor import GpuDown, GpuSample, HostPlan, Monitor, StateSaved, Tick
 from vllm_sentinel.probe import HealthProber
 from vllm_sentinel.report import status_document
-from vllm_sentinel.snapshot import CollectorState, GpuReading, Snapshot
+from vllm_sentinel.snapshot import CollectorState, GpuReading, SentinelState, Snapshot
 from vllm_sentinel.transport import LocalTransport, SshSettings, SshTransport, Transport
 
 __all__ = [
@@ -71,7 +63,7 @@ __all__ = [
 ]
 
 _log = structlog.get_logger("vllm_sentinel.daemon")
-Item = JournalBatch | GpuSample | GpuDown | Tick | HealthProbeResult
+Item = JournalBatch | GpuSample | GpuDown | Tick | HealthProbeResult | StateSaved
 _QUEUE_SIZE = 4096
 _MAX_TICK_SECONDS = 1.0
 _HOST_STOP_SECONDS = 10.0
@@ -132,25 +124,19 @@ def serve_http(
     get_snapshot: Callable[[], Snapshot],
     status: Callable[[], Mapping[str, Any]],
 ) -> ServerHandle:
-    """Start the exporter's HTTP server as configured (TLS, basic auth); bind errors raise."""
+    """Start the exporter's HTTP server as configured (TLS, basic auth); bind errors raise.
+
+    Raises:
+        ConfigError: the web config or TLS files cannot be used (``check-config`` runs the same
+            check: ``http.load_exporter_security``).
+    """
     exporter = config.exporter
-    ssl_context = None
-    authenticator = None
-    if exporter.web_config_file:
-        web = load_web_config(exporter.web_config_file)
-        if web.tls is not None:
-            ssl_context = build_ssl_context(web.tls)
-        if web.basic_auth_users:
-            authenticator = BasicAuthenticator(web.basic_auth_users)
-            if ssl_context is None:
-                _log.warning("basic_auth_without_tls", detail="passwords travel in clear text")
-    elif exporter.has_tls:
-        ssl_context = build_ssl_context(
-            TlsServerConfig(Path(exporter.tls_cert_file), Path(exporter.tls_key_file))
-        )
+    security = load_exporter_security(exporter)
+    if security.basic_auth_without_tls:
+        _log.warning("basic_auth_without_tls", detail="passwords travel in clear text")
     registry = make_registry(SentinelCollector(get_snapshot))
-    app = make_app(registry, status, authenticator=authenticator, snapshot=get_snapshot)
-    return start_http_server(exporter.listen_host, exporter.listen_port, app, ssl_context)
+    app = make_app(registry, status, authenticator=security.authenticator, snapshot=get_snapshot)
+    return start_http_server(exporter.listen_host, exporter.listen_port, app, security.ssl_context)
 
 
 @dataclass(slots=True)
@@ -192,7 +178,7 @@ class Daemon:
         self._config_path = config_path
         self._clock = clock
         state_directory = _state_directory(config)
-        self._cursors = CursorStore(state_directory)
+        self._cursors = CursorStore(state_directory, wall_clock=clock)
         self.history = HistoryStore(Path(state_directory) / "history")
         self.monitor = Monitor(
             [host_plan(host, config) for host in config.watched_hosts],
@@ -201,10 +187,16 @@ class Daemon:
             history=self.history,
             benign_patterns=config.defaults.benign_patterns,
             traceback_hold_seconds=config.defaults.traceback_hold_seconds,
+            show_saved_counters=True,
         )
+        self.monitor.register_sentinel(self._sentinel_state)
         self._queue: asyncio.Queue[Item] = asyncio.Queue(_QUEUE_SIZE)
         self._runners: dict[str, _HostRunner] = {}
-        self._reported_until: dict[str, datetime] = {}  # per host, for followers re-created
+        # per host, from its first start in this run: what an earlier run counted already, and
+        # where the backfill must begin to read again the crashes it had not counted yet
+        self._history: dict[str, HistoryBoundary] = {}
+        self._read_from: dict[str, datetime] = {}
+        self._reloads = {"success": 0, "failure": 0}
         self._stop = asyncio.Event()
         self._reload = asyncio.Event()
         self.http: ServerHandle | None = None
@@ -239,8 +231,50 @@ class Daemon:
         """Ask the daemon to stop (what SIGTERM does)."""
         self._stop.set()
 
+    def _sentinel_state(self) -> SentinelState:
+        return SentinelState(
+            config_reloads=dict(self._reloads),
+            cursor_save_failures_total=self._cursors.failures_total,
+            cursor_saved_at=self._cursors.saved_at,
+        )
+
+    def _restore(self, host: HostConfig) -> None:
+        """Go on from the host's saved state, or start it: a first start counts what is
+        written from now on (saved at once, so a daemon killed before its first flush still
+        knows where it began)."""
+        name = host.name
+        if name in self._history:  # removed and added again by reloads: as it was last marked
+            marked = self._cursors.marked_state(name)
+            if marked is not None:
+                self.monitor.restore(name, marked)
+            return
+        state = self._cursors.load_state(name)
+        if state is None:
+            state = HostState(None, self._clock())
+            self._cursors.mark(name, state)
+        self.monitor.restore(name, state)
+        self._history[name] = HistoryBoundary(state.cursor, state.since or self._clock())
+        starts = [
+            crash.started_at or crash.ended_at
+            for counters in state.units.values()
+            for crash in counters.carried
+        ]
+        known = [start for start in (*starts, state.read_from) if start is not None]
+        if known:
+            self._read_from[name] = min(known)
+
     async def run(self) -> int:
-        """Serve until stopped; return the exit status."""
+        """Serve until stopped; return the exit status: 0, or 1 when the last cursors and
+        counters could not be saved (``cursor_save_failed``).
+
+        Raises:
+            StateDirectoryError: the state directory cannot be written (nothing started).
+            ConfigError: the exporter's web config or TLS files cannot be used.
+        """
+        self._cursors.check_writable()
+        for host in self.config.hosts:
+            self._restore(host)
+        self._cursors.flush_sync()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
@@ -270,11 +304,20 @@ class Daemon:
                     task.cancel()
         finally:
             await self._stop_hosts(list(self._runners))
+            self.monitor.checkpoint()
             # waits for a periodic flush the cancellation left writing in its thread
             written = await self._cursors.flush()
             await self.history.flush()
             if self.http is not None:
                 await asyncio.to_thread(self.http.shutdown)
+            unsaved = self._cursors.pending
+            if unsaved:
+                _log.error(
+                    "daemon_stopped_unsaved",
+                    directory=str(self._cursors.directory),
+                    detail="the last cursors and counters could not be saved: the next start "
+                    "reads again, and counts again, what was applied since the last save",
+                )
             _log.info(
                 "daemon_stopped",
                 cursors_written_at_stop=written,  # 0 when the periodic flush had saved them all
@@ -282,7 +325,7 @@ class Daemon:
                     1 for host in self.config.watched_hosts if self._cursors.load(host.name)
                 ),
             )
-        return 0
+        return 1 if unsaved else 0
 
     async def _wait_for_stop(self) -> None:
         while not self._stop.is_set():
@@ -306,7 +349,9 @@ class Daemon:
         interval = self.config.defaults.cursor_flush_interval_seconds
         while True:
             await asyncio.sleep(interval)
-            await self._cursors.flush()
+            self.monitor.checkpoint()  # cursors with their counters, consistent: same thread
+            if await self._cursors.flush():
+                await self._queue.put(StateSaved())  # the saved counters may be shown
             await self.history.flush()
 
     # --- hosts ---------------------------------------------------------------------------
@@ -328,14 +373,13 @@ class Daemon:
                 backfill_max_records=defaults.backfill_max_records,
                 unit_discovery_interval_seconds=defaults.unit_discovery_interval_seconds,
             ),
-            # after a reload, the cursor applied in this run (not yet flushed) is the newest
-            cursor=self._cursors.marked(host.name) or self._cursors.load(host.name),
-            # ... but what counts as already reported stays what it was at the host's start
-            reported_until=self._reported_until.get(host.name),
-            unsettled_since=self._cursors.load_unsettled_since(host.name),
+            # after a reload, the cursor applied in this run (not yet saved) is the newest
+            cursor=self.monitor.applied_cursor(host.name) or self._history[host.name].cursor,
+            # ... but what counts as history stays what it was at the host's first start
+            history=self._history[host.name],
+            read_from=self._read_from.pop(host.name, None),
             clock=self._clock,
         )
-        self._reported_until.setdefault(host.name, follower.reported_until)
         reader: GpuReader | None = None
         if host.gpu is GpuBackend.NVML:
             reader = NvmlReader(host=host.name)
@@ -367,6 +411,7 @@ class Daemon:
         return _HostRunner(host, transport, follower, poller, prober)
 
     def _start_host(self, host: HostConfig) -> None:
+        self._restore(host)
         runner = self._make_runner(host)
         self._runners[host.name] = runner
         self.monitor.register_collector(
@@ -457,14 +502,22 @@ class Daemon:
             _log.warning("config_reload_refused", reason="the daemon runs without a config file")
             return False
         try:
-            config = self._with_overrides(await asyncio.to_thread(load_config, self._config_path))
+            loaded = await asyncio.to_thread(load_config, self._config_path)
+            if "hosts" not in loaded.model_fields_set:
+                raise ConfigError(
+                    f"{self._config_path}: no [[hosts]] table: a reload never falls back to "
+                    "watching this machine's default units (an empty or truncated file?)"
+                )
+            config = self._with_overrides(loaded)
         except ConfigError as error:
+            self._reloads["failure"] += 1
             _log.error(
                 "config_reload_failed",
                 path=str(self._config_path),
                 error=str(error),
                 detail="the running configuration is kept",
             )
+            self.monitor.publish()
             return False
         needs_restart = [
             key
@@ -489,14 +542,20 @@ class Daemon:
         new = {host.name: host for host in config.watched_hosts}
         changed = [name for name in old if name not in new or old[name] != new[name]]
         await self._stop_hosts(changed)
+        self.monitor.checkpoint()  # the last state of hosts removed is marked, then saved
         self.config = config
         self.monitor.reconfigure(
             [host_plan(host, config) for host in config.watched_hosts],
             config.defaults.benign_patterns,
         )
-        for name, host in new.items():
-            if name not in self._runners:
-                self._start_host(host)
+        added = [host for name, host in new.items() if name not in self._runners]
+        for host in added:
+            self._restore(host)
+        if added:  # a new host's start is saved before it reads: a kill now loses nothing
+            await self._cursors.flush()
+        for host in added:
+            self._start_host(host)
+        self._reloads["success"] += 1
         self.monitor.publish()
         _log.info(
             "config_reloaded",
@@ -528,20 +587,12 @@ def _gpu_state(runner: _HostRunner) -> CollectorState:
 
 
 def _state_directory(config: Config) -> str:
-    """systemd's ``STATE_DIRECTORY`` wins over the config default when the default is unusable."""
+    """The configured state directory; systemd's ``STATE_DIRECTORY`` (``StateDirectory=``)
+    when the config leaves the default. Never another one: a daemon that cannot write there
+    refuses to start (``Daemon.run``), rather than keep its cursors where the next start would
+    not look."""
     directory = config.defaults.state_directory
     from_systemd = os.environ.get("STATE_DIRECTORY")
     if from_systemd and directory == "/var/lib/vllm-sentinel":
         return from_systemd.split(":")[0]
-    parent = Path(directory)
-    while not parent.exists():
-        parent = parent.parent
-    if not os.access(parent, os.W_OK):
-        fallback = Path(os.environ.get("XDG_STATE_HOME", Path.home() / ".local" / "state"))
-        _log.warning(
-            "state_directory_not_writable",
-            configured=directory,
-            using=str(fallback / "vllm-sentinel"),
-        )
-        return str(fallback / "vllm-sentinel")
     return directory

@@ -6,6 +6,7 @@ Core modules never raise on bad *input* (they count and skip it); these exceptio
     SentinelError
     ├── ConfigError          a config file or command-line value is invalid
     ├── InputError           a replay input cannot be read at all (missing file, directory)
+    ├── StateDirectoryError  the state directory cannot be written (the daemon does not start)
     ├── TransportError       running a command locally or over SSH failed
     │   └── HostKeyError     an SSH host key is unknown or changed
     └── GpuCollectorError    NVML or nvidia-smi cannot report GPU memory
@@ -17,6 +18,7 @@ __all__ = [
     "HostKeyError",
     "InputError",
     "SentinelError",
+    "StateDirectoryError",
     "TransportError",
 ]
 
@@ -31,6 +33,10 @@ class ConfigError(SentinelError):
 
 class InputError(SentinelError):
     """A replay input cannot be opened or read."""
+
+
+class StateDirectoryError(SentinelError):
+    """The state directory (cursors and counters) cannot be created or written."""
 
 
 class TransportError(SentinelError):

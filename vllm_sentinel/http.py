@@ -26,7 +26,13 @@ rejected rather than ignored, so a config never silently means less than it says
 The server runs ``serve_forever`` in a daemon thread and one daemon thread per connection; the
 TLS handshake happens on the connection's thread, so a slow client cannot block ``accept``.
 Passwords are never logged and never kept: successful checks are cached as a keyed hash, per
-user, for ``cache_seconds``, so bcrypt stays off the hot path of a 15 s scrape.
+user, for ``cache_seconds``, so bcrypt stays off the hot path of a 15 s scrape. Failed logins
+are logged (``http_auth_failed``: client address, user name, path; never the password), at
+most once a minute with how many there were. Responses name the server
+``vllm-sentinel/<version>`` (``Server:``), never the Python version.
+
+``load_exporter_security`` reads the ``[exporter]`` TLS and web config settings into what the
+server needs: the daemon runs it before it serves, ``check-config`` runs the same function.
 """
 
 from __future__ import annotations
@@ -50,7 +56,7 @@ from http import HTTPStatus
 from importlib import resources
 from pathlib import Path
 from socketserver import TCPServer, ThreadingMixIn
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
@@ -64,19 +70,27 @@ from vllm_sentinel import __version__
 from vllm_sentinel.errors import ConfigError
 from vllm_sentinel.exporter import make_metrics_app
 from vllm_sentinel.hints import RUNBOOK_URL
+from vllm_sentinel.log import Throttle
 from vllm_sentinel.page import REFRESH_SECONDS, render_main, render_page
 from vllm_sentinel.readiness import HTTP_STATUS, UnitState, find_unit, units_document
 from vllm_sentinel.snapshot import Snapshot
 
+if TYPE_CHECKING:
+    from vllm_sentinel.config import ExporterConfig
+
 __all__ = [
+    "AUTH_FAILURE_LOG_INTERVAL_SECONDS",
     "DEFAULT_LISTEN_HOST",
     "REALM",
     "RUNBOOK_PATH",
+    "SERVER_NAME",
     "BasicAuthenticator",
+    "ExporterSecurity",
     "ServerHandle",
     "TlsServerConfig",
     "WebConfig",
     "build_ssl_context",
+    "load_exporter_security",
     "load_web_config",
     "make_app",
     "start_http_server",
@@ -87,6 +101,12 @@ DEFAULT_LISTEN_HOST = "127.0.0.1"
 
 REALM = "vllm-sentinel"
 """The basic-auth realm sent with 401 answers."""
+
+SERVER_NAME = f"vllm-sentinel/{__version__}"
+"""The ``Server:`` header of every response."""
+
+AUTH_FAILURE_LOG_INTERVAL_SECONDS = 60.0
+"""``http_auth_failed`` is logged at most this often (with the count of failures since)."""
 
 _log = structlog.get_logger("vllm_sentinel.http")
 
@@ -230,6 +250,46 @@ def build_ssl_context(tls: TlsServerConfig) -> ssl.SSLContext:
     return context
 
 
+@dataclass(frozen=True, slots=True)
+class ExporterSecurity:
+    """What the HTTP server needs from ``[exporter]``: TLS and basic auth.
+
+    ``basic_auth_without_tls``: users are configured but no TLS (passwords in clear text).
+    """
+
+    ssl_context: ssl.SSLContext | None = None
+    authenticator: BasicAuthenticator | None = None
+    basic_auth_without_tls: bool = False
+
+
+def load_exporter_security(exporter: ExporterConfig) -> ExporterSecurity:
+    """Read the exporter's web config file or TLS files, as the daemon serves them.
+
+    One function for ``run`` and ``check-config``, so a file that passes the check is one the
+    daemon starts with: the web config's keys, bcrypt hashes (a plain password is refused
+    without being echoed), the certificate and key files, and that they belong together.
+
+    Raises:
+        ConfigError: a file is missing, unreadable or invalid (the message names it).
+    """
+    if exporter.web_config_file:
+        web = load_web_config(exporter.web_config_file)
+        try:
+            ssl_context = build_ssl_context(web.tls) if web.tls is not None else None
+        except ConfigError as error:
+            raise ConfigError(f"web config {exporter.web_config_file}: {error}") from None
+        authenticator = None
+        if web.basic_auth_users:
+            authenticator = BasicAuthenticator(web.basic_auth_users)
+        return ExporterSecurity(
+            ssl_context, authenticator, authenticator is not None and ssl_context is None
+        )
+    if exporter.has_tls:
+        tls = TlsServerConfig(Path(exporter.tls_cert_file), Path(exporter.tls_key_file))
+        return ExporterSecurity(build_ssl_context(tls))
+    return ExporterSecurity()
+
+
 # --------------------------------------------------------------------------- basic auth
 
 
@@ -256,6 +316,23 @@ class BasicAuthenticator:
         self._key = secrets.token_bytes(32)
         self._lock = threading.Lock()
         self._cache: dict[str, tuple[bytes, float]] = {}
+        self._failures = Throttle(AUTH_FAILURE_LOG_INTERVAL_SECONDS, clock)
+
+    def log_failure(self, header: str | None, client: str | None, path: str) -> None:
+        """Log a refused request (rate-limited): who asked, as which user; never a password."""
+        count = self._failures.admit()
+        if count is None:
+            return
+        credentials = _parse_basic(header)
+        _log.warning(
+            "http_auth_failed",
+            client=client,
+            user=credentials[0][:64] if credentials is not None else None,
+            path=path[:200],
+            failures=count,
+            detail=f"logged at most every {AUTH_FAILURE_LOG_INTERVAL_SECONDS:g} s; failures "
+            "counts those since the last line",
+        )
 
     def _digest(self, user: str, password: bytes) -> bytes:
         return hmac.new(self._key, user.encode() + b"\0" + password, hashlib.sha256).digest()
@@ -399,6 +476,9 @@ def make_app(
             and path != "/healthz"
             and not authenticator.is_authorized(environ.get("HTTP_AUTHORIZATION"))
         ):
+            authenticator.log_failure(
+                environ.get("HTTP_AUTHORIZATION"), environ.get("REMOTE_ADDR"), path
+            )
             challenge = ("WWW-Authenticate", f'Basic realm="{REALM}", charset="UTF-8"')
             return _respond(
                 environ, start_response, "401 Unauthorized", b"Unauthorized\n", extra=[challenge]
@@ -516,9 +596,14 @@ def _runbook_page() -> tuple[str, bytes, str]:
 
 
 class _RequestHandler(WSGIRequestHandler):
-    """Per connection: finish the TLS handshake here (not in ``accept``), log nothing."""
+    """Per connection: finish the TLS handshake here (not in ``accept``), log nothing, name
+    the server ``vllm-sentinel/<version>``."""
 
     timeout = 30.0
+
+    def version_string(self) -> str:
+        """The ``Server:`` header of errors the HTTP layer answers itself (a bad request)."""
+        return SERVER_NAME
 
     def setup(self) -> None:
         super().setup()
@@ -527,6 +612,21 @@ class _RequestHandler(WSGIRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         """Log nothing: requests carry credentials and are too many to log."""
+
+
+def _named(app: WSGIApplication) -> WSGIApplication:
+    """``app`` with ``Server: vllm-sentinel/<version>`` on every response (wsgiref adds its
+    own, naming the Python version, only where the application set none)."""
+
+    def named(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        def start(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+            headers = [(k, v) for k, v in headers if k.lower() != "server"]
+            headers.append(("Server", SERVER_NAME))
+            return start_response(status, headers, exc_info)
+
+        return app(environ, start)
+
+    return named
 
 
 class _Server(ThreadingMixIn, WSGIServer):
@@ -603,7 +703,7 @@ def start_http_server(
             server.socket, server_side=True, do_handshake_on_connect=False
         )
         server.base_environ["HTTPS"] = "on"
-    server.set_app(app)
+    server.set_app(_named(app))
     thread = threading.Thread(
         target=server.serve_forever,
         kwargs={"poll_interval": 0.1},

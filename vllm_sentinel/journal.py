@@ -14,7 +14,9 @@ SSH channel on the host's shared connection):
    its latest ``Started`` up to the window, so that it is not absent after a restart. Records
    up to the stored cursor (or, without one, up to the daemon's start) are marked
    ``history``: they rebuild the state without counting starts and crashes again.
-3. **Follow.** ``journalctl -o json -a -f --cursor=<last>``. systemd ≥ 250 limits ``--follow``
+3. **Follow.** ``journalctl -o json -a -f --cursor=<last>``, without unit matches: systemd
+   252's follow with match terms skips entries appended while it reads (``_follow``); the
+   units are kept by the Monitor's ``TrackerSet``. systemd ≥ 250 limits ``--follow``
    to the newest boot in what it reads: right for a machine's own journal, wrong for files
    named with ``--directory``/``--file`` (a journal-remote directory holds several machines,
    each with its own boots), where ``--merge`` is added to lift it.
@@ -64,6 +66,7 @@ from vllm_sentinel.transport import Transport
 __all__ = [
     "STARTED_MESSAGE_ID",
     "FollowerSettings",
+    "HistoryBoundary",
     "JournalBatch",
     "JournalFollower",
     "build_journalctl_argv",
@@ -74,6 +77,7 @@ STARTED_MESSAGE_ID = "39f53479d3a045ac8e117862248231bf"
 """systemd's catalog id of "Started <unit>" (src/core/job.c, ``SD_MESSAGE_UNIT_STARTED``)."""
 
 _CURSOR_TIME = re.compile(r"(?:^|;)t=([0-9a-f]{1,16})(?:;|$)")
+_CURSOR_SEQNUM = re.compile(r"(?:^|;)s=([0-9a-f]{1,32});i=([0-9a-f]{1,16})(?:;|$)")
 _log = structlog.get_logger("vllm_sentinel.journal")
 
 
@@ -188,19 +192,46 @@ def cursor_time(cursor: str) -> datetime | None:
         return None
 
 
-def _reported_until(cursor: str | None, now: datetime) -> datetime:
-    """Up to when an earlier run may have reported: the stored cursor's time; with no readable
-    cursor (a first start, or a state directory that was lost), until now."""
-    time = cursor_time(cursor) if cursor is not None else None
-    return now if time is None else time
+def _seqnum(cursor: str) -> tuple[str, int] | None:
+    """The sequence-number id and number inside a journal cursor (``s=…;i=…``), if any."""
+    found = _CURSOR_SEQNUM.search(cursor)
+    return (found.group(1), int(found.group(2), 16)) if found is not None else None
 
 
-def _history_split(records: list[Record], until: datetime) -> int:
-    """How many leading records were written at or before ``until`` (records are in order)."""
-    for index, record in enumerate(records):
-        if record.realtime is not None and record.realtime > until:
-            return index
-    return len(records)
+@dataclass(frozen=True, slots=True)
+class HistoryBoundary:
+    """Which records an earlier run of the daemon counted already: *history*.
+
+    With a ``cursor`` (saved by the last run with its counters), exactly the records at or
+    before it in the journal: a record of the same sequence-number source (the ``s=`` of its
+    cursor; journald keeps one per machine across files) is compared by sequence number, so
+    late lines whose timestamps are earlier than what came before are placed right; a record
+    of another source (another machine's files in a journal-remote directory) by time. Without
+    a cursor (a host's first start), the records written up to ``since``.
+    """
+
+    cursor: str | None = None
+    since: datetime | None = None
+
+    @property
+    def _position(self) -> tuple[tuple[str, int] | None, datetime | None]:
+        if self.cursor is None:
+            return None, self.since
+        return _seqnum(self.cursor), cursor_time(self.cursor) or self.since
+
+    def split(self, records: Sequence[Record]) -> int:
+        """How many leading ``records`` (in journal order) are history."""
+        seqnum, until = self._position
+        for index, record in enumerate(records):
+            if seqnum is not None and record.cursor is not None:
+                own = _seqnum(record.cursor)
+                if own is not None and own[0] == seqnum[0]:
+                    if own[1] > seqnum[1]:
+                        return index
+                    continue
+            if until is None or record.realtime is None or record.realtime > until:
+                return index
+        return len(records)
 
 
 Emit = Callable[[JournalBatch], Awaitable[None]]
@@ -213,11 +244,14 @@ class JournalFollower:
         host: the host name (labels, logs).
         transport: runs ``journalctl`` there.
         settings: units, extra arguments, bounds, backoff.
-        cursor: the last applied cursor from the cursor store, if any.
-        reported_until: records written up to this time are history (their starts and crashes
-            are not counted); default: the cursor's time, or now without a cursor.
-        unsettled_since: from the cursor store: a crash that ended then was seen but not yet
-            counted by the last run; the default ``reported_until`` stops just before it.
+        cursor: the cursor to resume from: the last applied (this run, after a reload) or the
+            stored one.
+        history: which records an earlier run counted already (default: up to ``cursor``, or,
+            without one, up to now).
+        read_from: the backfill reads the journal from this time at least (the start of the
+            oldest incarnation whose outcome could still change when the last run saved, a
+            crash it had not counted yet included, so that they are read again whole), at most
+            ``backfill_max_age_seconds`` back.
         clock: returns the current time (UTC); injectable for tests.
         sleep: waits between reconnects; injectable for tests.
     """
@@ -229,8 +263,8 @@ class JournalFollower:
         settings: FollowerSettings,
         *,
         cursor: str | None = None,
-        reported_until: datetime | None = None,
-        unsettled_since: datetime | None = None,
+        history: HistoryBoundary | None = None,
+        read_from: datetime | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
@@ -238,13 +272,12 @@ class JournalFollower:
         self._transport = transport
         self._settings = settings
         self._cursor = cursor
-        # The backfill's records up to here were reported by an earlier run: not counted again
-        if reported_until is None:
-            reported_until = _reported_until(cursor, clock())
-            if unsettled_since is not None:  # a crash the last run saw but had not counted yet
-                reported_until = min(reported_until, unsettled_since - timedelta(microseconds=1))
-        self._reported_until = reported_until
-        self._history_until: datetime | None = self._reported_until
+        # The backfill's records up to here were counted by an earlier run: not counted again
+        if history is None:
+            history = HistoryBoundary(cursor, clock())
+        self._history = history
+        self._history_open = True  # the records read may still be history
+        self._read_from = read_from
         self._backfilled_units: set[str | None] = set()  # units the backfill met
         self._clock = clock
         self._sleep = sleep
@@ -276,11 +309,10 @@ class JournalFollower:
         return dict(self._skipped)
 
     @property
-    def reported_until(self) -> datetime:
-        """Records written up to this time (UTC) are history: their starts and crashes were
-        reported by an earlier run (the stored cursor's time) or happened before this daemon
-        started (no cursor). A follower re-created by a config reload is given the same."""
-        return self._reported_until
+    def history(self) -> HistoryBoundary:
+        """Which records an earlier run counted (a follower re-created by a reload is given the
+        same)."""
+        return self._history
 
     def _set_state(self, up: bool, reason: str, detail: str = "") -> None:
         previous = self._state
@@ -465,6 +497,13 @@ class JournalFollower:
             return
         units = self._units
         start = await self._window_start(units)
+        if self._read_from is not None:  # incarnations the last run left open: read them again
+            oldest = self._clock().timestamp() - self._settings.backfill_max_age_seconds
+            start = min(start, max(oldest, self._read_from.timestamp() - 1.0))
+        if self._history.cursor is None and self._history.since is not None:
+            # a first start: what is written from then on is never skipped (log times ahead
+            # of this clock could put the window's start after it)
+            start = min(start, self._history.since.timestamp())
         stored = self._cursor
         if (
             stored is not None
@@ -534,12 +573,13 @@ class JournalFollower:
                 records=count,
                 detail="the follower continues from the last record read",
             )
-        after_main = self._history_until
+        after_main = self._history_open
         await self._backfill_quiet_units(emit, units, start)
         count = self._backfilled_records
         _log.info("journal_backfill_finished", host=self.host, records=count)
         # Cut short, the backfill resumes in the follow stream: history may still come there
-        self._history_until = after_main if count >= settings.backfill_max_records else None
+        # (until the first record after the boundary closes it)
+        self._history_open = after_main and count >= settings.backfill_max_records
         await emit(JournalBatch(self.host, (), self._cursor, backfill=False))
         self._follow_since = start if self._cursor is None else None
 
@@ -579,7 +619,7 @@ class JournalFollower:
                 unit=unit,
                 since=datetime.fromtimestamp(latest, UTC).isoformat(),
             )
-            self._history_until = self._reported_until  # older than the window: maybe history
+            self._history_open = True  # older than the window: maybe history
             await self._pump(
                 build_journalctl_argv(
                     (unit,),
@@ -594,10 +634,19 @@ class JournalFollower:
             )
 
     async def _follow(self, emit: Emit) -> None:
+        """Follow every entry after the cursor; the Monitor keeps the configured units.
+
+        No ``--unit`` matches here: systemd 252's ``journalctl --follow`` with several match
+        terms (``-u`` is an OR of ``_SYSTEMD_UNIT=``, ``UNIT=`` and more; several units more
+        still) skips runs of entries appended while it reads (a newer entry of one term's list
+        is returned before an older one of another is linked; seen here: 4 to 30 of 130,000
+        entries written at 10,000/s, every run; none without matches). Entries of other units
+        are decoded and dropped by the ``TrackerSet``.
+        """
         settings = self._settings
         cursor = self._cursor
         argv = build_journalctl_argv(
-            self._units,
+            (),
             settings.journalctl_args,
             follow=True,
             cursor=cursor,
@@ -656,11 +705,10 @@ class JournalFollower:
                     if backfill:
                         self._backfilled_records += len(records)
                         self._backfilled_units.update([record.unit for record in records])
-                    until = self._history_until
-                    if until is not None:
-                        split = _history_split(records, until)
+                    if self._history_open:
+                        split = self._history.split(records)
                         if split < len(records):
-                            self._history_until = None  # the rest is new
+                            self._history_open = False  # the rest is new
                         if split:
                             history = tuple(records[:split])
                             records = records[split:]

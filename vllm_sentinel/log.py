@@ -16,6 +16,9 @@ from __future__ import annotations
 import logging
 import re
 import sys
+import threading
+import time
+from collections.abc import Callable
 from typing import Any, Literal, TextIO, get_args
 
 import structlog
@@ -23,7 +26,14 @@ from structlog.typing import EventDict, Processor, WrappedLogger
 
 from vllm_sentinel.errors import ConfigError
 
-__all__ = ["REDACTED", "LogFormat", "configure_logging", "is_secret_key", "redact_secrets"]
+__all__ = [
+    "REDACTED",
+    "LogFormat",
+    "Throttle",
+    "configure_logging",
+    "is_secret_key",
+    "redact_secrets",
+]
 
 LogFormat = Literal["console", "json"]
 
@@ -141,6 +151,37 @@ def configure_logging(
     for name in _CHATTY_LIBRARIES:
         quiet = numeric_level if numeric_level <= logging.DEBUG else logging.WARNING
         logging.getLogger(name).setLevel(max(numeric_level, quiet))
+
+
+class Throttle:
+    """At most one log line per ``interval_seconds`` for a repeating event, with a count.
+
+    ``admit()`` returns ``None`` while the event must stay quiet (it is counted), else how many
+    times it happened since the last line, this one included. Thread-safe.
+
+    Args:
+        interval_seconds: the shortest time between two lines.
+        clock: monotonic seconds (injected by tests).
+    """
+
+    def __init__(
+        self, interval_seconds: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._interval = interval_seconds
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._last = -float("inf")
+        self._quiet = 0
+
+    def admit(self) -> int | None:
+        """Count one event; return how many to report now, or ``None`` to stay quiet."""
+        now = self._clock()
+        with self._lock:
+            self._quiet += 1
+            if now - self._last < self._interval:
+                return None
+            count, self._quiet, self._last = self._quiet, 0, now
+            return count
 
 
 def _is_tty(stream: TextIO) -> bool:

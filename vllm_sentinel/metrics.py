@@ -30,6 +30,7 @@ from enum import StrEnum
 
 from vllm_sentinel import __version__
 from vllm_sentinel.causes import CrashCause
+from vllm_sentinel.counters import LOG_LEVELS, UnitCounters
 from vllm_sentinel.history import HISTORY_SKIP_REASON
 from vllm_sentinel.journal_json import SKIP_REASONS
 from vllm_sentinel.phases import PHASE_ORDER, STARTUP_PHASES
@@ -39,6 +40,7 @@ __all__ = [
     "LABEL_VALUE_LIMIT",
     "LOG_LEVELS",
     "METRICS",
+    "RELOAD_RESULTS",
     "MetricDefinition",
     "MetricType",
     "Sample",
@@ -49,8 +51,6 @@ __all__ = [
 LABEL_VALUE_LIMIT = 120
 """The longest label value taken from log text (exception class, crash message, model)."""
 
-LOG_LEVELS: tuple[str, ...] = ("debug", "info", "warning", "error", "critical", "none")
-"""vLLM log levels as the tracker counts them; ``none`` is a line without a vLLM header."""
 
 Sample = tuple[tuple[str, ...], float]
 """One series: its label values (in the row's label order) and its value."""
@@ -157,16 +157,32 @@ def _unit_incarnation_info(snapshot: Snapshot) -> Iterator[Sample]:
         yield labels, 1.0
 
 
+_NOTHING_SAVED = UnitCounters()
+
+
+def _counters(snapshot: Snapshot) -> Iterator[tuple[str, str, UnitCounters | UnitSnapshot]]:
+    """Each unit's counters: as saved with the cursor when the host says (the daemon), else
+    as the unit counted them (``starts_total`` … of either, by the same names below)."""
+    for host in snapshot.hosts:
+        saved = host.saved_counters
+        for unit in host.units:
+            if saved is None:
+                yield host.host, unit.unit, unit
+            else:
+                yield host.host, unit.unit, saved.get(unit.unit, _NOTHING_SAVED)
+
+
 def _unit_starts(snapshot: Snapshot) -> Iterator[Sample]:
-    for host, unit in _units(snapshot):
-        yield (host, unit.unit), float(unit.starts_total)
+    for host, name, counts in _counters(snapshot):
+        starts = counts.starts if isinstance(counts, UnitCounters) else counts.starts_total
+        yield (host, name), float(starts)
 
 
 def _unit_crashes(snapshot: Snapshot) -> Iterator[Sample]:
-    for host, unit in _units(snapshot):
-        name, counts = unit.unit, unit.crashes_total
+    for host, name, counts in _counters(snapshot):
+        crashes = counts.crashes if isinstance(counts, UnitCounters) else counts.crashes_total
         for cause, value in _CAUSE_VALUES:
-            yield (host, name, value), float(counts.get(cause, 0))
+            yield (host, name, value), float(crashes.get(cause, 0))
 
 
 def _unit_last_crash_info(snapshot: Snapshot) -> Iterator[Sample]:
@@ -312,15 +328,18 @@ def _unit_state_known(snapshot: Snapshot) -> Iterator[Sample]:
 
 
 def _unit_log_records(snapshot: Snapshot) -> Iterator[Sample]:
-    for host, unit in _units(snapshot):
-        name, counts = unit.unit, unit.records_by_level
+    for host, name, counts in _counters(snapshot):
+        records = counts.records if isinstance(counts, UnitCounters) else counts.records_by_level
         for level in LOG_LEVELS:
-            yield (host, name, level), float(counts.get(level, 0))
+            yield (host, name, level), float(records.get(level, 0))
 
 
 def _unit_benign_errors(snapshot: Snapshot) -> Iterator[Sample]:
-    for host, unit in _units(snapshot):
-        yield (host, unit.unit), float(unit.benign_errors_total)
+    for host, name, counts in _counters(snapshot):
+        benign = (
+            counts.benign_errors if isinstance(counts, UnitCounters) else counts.benign_errors_total
+        )
+        yield (host, name), float(benign)
 
 
 def _gpu_memory_used(snapshot: Snapshot) -> Iterator[Sample]:
@@ -366,6 +385,28 @@ def _build_info(snapshot: Snapshot) -> Iterator[Sample]:
     yield (__version__,), 1.0
 
 
+RELOAD_RESULTS: tuple[str, ...] = ("success", "failure")
+"""``config_reloads_total`` results: applied, or refused with the running config kept."""
+
+
+def _config_reloads(snapshot: Snapshot) -> Iterator[Sample]:
+    sentinel = snapshot.sentinel
+    if sentinel is not None:
+        for result in RELOAD_RESULTS:
+            yield (result,), float(sentinel.config_reloads.get(result, 0))
+
+
+def _cursor_save_failures(snapshot: Snapshot) -> Iterator[Sample]:
+    if snapshot.sentinel is not None:
+        yield (), float(snapshot.sentinel.cursor_save_failures_total)
+
+
+def _cursor_saved(snapshot: Snapshot) -> Iterator[Sample]:
+    sentinel = snapshot.sentinel
+    if sentinel is not None and sentinel.cursor_saved_at is not None:
+        yield (), _seconds(sentinel.cursor_saved_at)
+
+
 _G = MetricType.GAUGE
 _C = MetricType.COUNTER
 _HU = ("host", "unit")
@@ -409,7 +450,8 @@ METRICS: tuple[MetricDefinition, ...] = (
     MetricDefinition(
         "vllm_sentinel_unit_starts_total",
         _C,
-        "Incarnations of the unit that started after the point the daemon had reported up to.",
+        "Incarnations of the unit started since the daemon first watched it (kept across "
+        "restarts).",
         _HU,
         _unit_starts,
     ),
@@ -565,7 +607,7 @@ METRICS: tuple[MetricDefinition, ...] = (
     MetricDefinition(
         "vllm_sentinel_unit_log_records_total",
         _C,
-        "Log records of the unit by vLLM level (none for lines without a vLLM header).",
+        "Log records (journal entries) of the unit by vLLM level (none: no vLLM header).",
         (*_HU, "level"),
         _unit_log_records,
     ),
@@ -618,6 +660,27 @@ METRICS: tuple[MetricDefinition, ...] = (
         "data (gpu_line_*, gpu_device_*, gpu_processes_*) and startup history files.",
         ("host", "reason"),
         _records_skipped,
+    ),
+    MetricDefinition(
+        "vllm_sentinel_config_reloads_total",
+        _C,
+        "Config reloads (SIGHUP) by result: success, or failure (the running config kept).",
+        ("result",),
+        _config_reloads,
+    ),
+    MetricDefinition(
+        "vllm_sentinel_cursor_save_failures_total",
+        _C,
+        "Writes of cursors and counters to the state directory that failed (retried).",
+        (),
+        _cursor_save_failures,
+    ),
+    MetricDefinition(
+        "vllm_sentinel_cursor_saved_timestamp_seconds",
+        _G,
+        "When cursors and counters were last written to the state directory.",
+        (),
+        _cursor_saved,
     ),
     MetricDefinition(
         "vllm_sentinel_build_info",

@@ -28,12 +28,14 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from types import MappingProxyType
 
 import structlog
 
 from vllm_sentinel.attribution import attribute_processes, place_processes
 from vllm_sentinel.causes import DEFAULT_BENIGN_PATTERNS, BenignMatcher
-from vllm_sentinel.cursors import CursorStore
+from vllm_sentinel.counters import UnitCounters
+from vllm_sentinel.cursors import CursorStore, HostState
 from vllm_sentinel.eta import estimate_ready, same_model, startup_record, usual_phase_seconds
 from vllm_sentinel.health import (
     HealthProbeResult,
@@ -56,6 +58,7 @@ from vllm_sentinel.snapshot import (
     GpuReading,
     HostSnapshot,
     IncarnationSnapshot,
+    SentinelState,
     Snapshot,
     UnitSnapshot,
 )
@@ -69,10 +72,11 @@ from vllm_sentinel.stall import (
 )
 from vllm_sentinel.tracker import TrackerSet, UnitTracker
 
-__all__ = ["GpuDown", "GpuSample", "HostPlan", "Monitor", "Tick"]
+__all__ = ["GpuDown", "GpuSample", "HostPlan", "Monitor", "StateSaved", "Tick"]
 
 _Ident = tuple[str | None, datetime | None]
 _NOT_AFTER_READY = frozenset((*STARTUP_PHASES, Phase.READY))
+_NO_COUNTERS: Mapping[str, UnitCounters] = MappingProxyType({})
 _log = structlog.get_logger("vllm_sentinel.monitor")
 
 
@@ -103,7 +107,12 @@ class Tick:
     at: datetime
 
 
-_Item = JournalBatch | GpuSample | GpuDown | Tick | HealthProbeResult
+@dataclass(frozen=True, slots=True)
+class StateSaved:
+    """The cursor store wrote hosts' states: their saved counters may be shown now."""
+
+
+_Item = JournalBatch | GpuSample | GpuDown | Tick | HealthProbeResult | StateSaved
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +151,11 @@ class _Host:
     touched: bool = True  # an item or a registration changed it since the last publish
     # unit → (its tracker snapshot, decorated) as last published; GPU data clears it
     decorated: dict[str, tuple[UnitSnapshot, UnitSnapshot]] = field(default_factory=dict)
+    cursor: str | None = None  # the last journal cursor applied
+    since: datetime | None = None  # without a cursor, records up to then are history
+    changed: bool = False  # applied or settled since the last checkpoint
+    saved: Mapping[str, UnitCounters] | None = None  # counters as last saved (shown)
+    restored: dict[str, int] = field(default_factory=dict)  # unit → crashes counted before
 
 
 class Monitor:
@@ -150,7 +164,11 @@ class Monitor:
     Args:
         hosts: the configured hosts.
         clock: wall clock (UTC), for "now" in snapshots and stall checks.
-        cursors: where applied cursors are marked (``None``: not kept).
+        cursors: where applied cursors and counters are marked by ``checkpoint`` (``None``:
+            not kept).
+        show_saved_counters: publish, for ``/metrics``, each host's counters as the cursor
+            store last saved them (``HostSnapshot.saved_counters``) rather than as counted:
+            what a restarted daemon goes on from, so that a counter never goes down.
         history: the units' startup history (``None``: kept in memory only).
         benign_patterns: ERROR lines known not to be fatal.
         max_incarnations: incarnations kept per unit.
@@ -167,6 +185,7 @@ class Monitor:
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         cursors: CursorStore | None = None,
         history: HistoryStore | None = None,
+        show_saved_counters: bool = False,
         benign_patterns: Sequence[str] = DEFAULT_BENIGN_PATTERNS,
         max_incarnations: int = 8,
         settle_seconds: float = 30.0,
@@ -176,6 +195,7 @@ class Monitor:
         self._clock = clock
         self._cursors = cursors
         self.history = history if history is not None else HistoryStore(None)
+        self._show_saved = show_saved_counters and cursors is not None
         self._matcher = MarkerMatcher()
         self._benign = BenignMatcher(benign_patterns)
         self._max_incarnations = max_incarnations
@@ -191,6 +211,7 @@ class Monitor:
         self._slow: dict[tuple[str, str], str | None] = {}  # invocation id while slow
         self._ready_seen: dict[tuple[str, str], set[_Ident]] = {}  # recorded in the history
         self.applied_records_total = 0
+        self._sentinel: Callable[[], SentinelState] | None = None
         for plan in hosts:
             self._hosts[plan.name] = self._new_host(plan)
         self.latest = Snapshot((), clock())
@@ -275,6 +296,11 @@ class Monitor:
         if skipped is not None:
             entry.skipped[collector] = skipped
 
+    def register_sentinel(self, state: Callable[[], SentinelState]) -> None:
+        """Let the Monitor read the daemon's own state (reloads, state saving) when it
+        publishes."""
+        self._sentinel = state
+
     def unregister_collectors(self, host: str) -> None:
         """Forget the sources of ``host`` (they are being replaced)."""
         entry = self._hosts.get(host)
@@ -284,6 +310,47 @@ class Monitor:
             entry.skipped.clear()
 
     # --- applying ------------------------------------------------------------------------
+
+    # --- saved state ---------------------------------------------------------------------
+
+    def restore(self, name: str, state: HostState) -> None:
+        """Go on from a host's saved state: its cursor, first-start time and counters (a host
+        that applied something already is left as it is)."""
+        host = self._hosts.get(name)
+        if host is None or host.cursor is not None or any(True for _ in host.trackers):
+            return
+        host.cursor = state.cursor
+        host.since = state.since
+        for unit, counters in state.units.items():
+            if host.trackers.restore(name, unit, counters):
+                host.restored[unit] = sum(counters.crashes.values())
+        host.saved = dict(state.units) if not state.legacy else None
+        host.published = None
+        host.decorated.clear()
+
+    def applied_cursor(self, name: str) -> str | None:
+        """The journal cursor of the last record applied for host ``name``."""
+        host = self._hosts.get(name)
+        return host.cursor if host is not None else None
+
+    def checkpoint(self) -> int:
+        """Mark the state of every host that changed since the last call in the cursor store:
+        its last applied cursor with its units' counters as they are now, which is right
+        after that cursor's record (the Monitor applies whole batches between two awaits).
+        Returns how many hosts were marked."""
+        if self._cursors is None:
+            return 0
+        marked = 0
+        for name, host in self._hosts.items():
+            if not host.changed or (host.cursor is None and host.since is None):
+                continue
+            units = {tracker.unit: tracker.counters() for tracker in host.trackers}
+            opens = [since for tracker in host.trackers if (since := tracker.open_since())]
+            state = HostState(host.cursor, host.since, units, min(opens) if opens else None)
+            self._cursors.mark(name, state)
+            host.changed = False
+            marked += 1
+        return marked
 
     def apply(self, item: _Item) -> None:
         """Apply one item from the queue (synchronous: the core does the work)."""
@@ -297,8 +364,19 @@ class Monitor:
             host.trackers.counting = not item.history
             host.trackers.feed_many(item.records)
             self.applied_records_total += len(item.records)
-            if item.cursor is not None and self._cursors is not None:
-                self._cursors.mark(item.host, item.cursor, self._unsettled_since(host))
+            if item.cursor is not None:
+                host.cursor = item.cursor
+            host.changed = True
+            if not item.records and not item.backfill:  # the end of the startup backfill
+                for tracker in host.trackers:
+                    tracker.settle_carried()  # saved crashes the journal no longer holds
+        elif isinstance(item, StateSaved):
+            for name, host in self._hosts.items():
+                saved = self._cursors.saved(name) if self._cursors is not None else None
+                units = saved.units if saved is not None and not saved.legacy else None
+                if units is not None and units is not host.saved:
+                    host.saved = units
+                    host.published = None
         elif isinstance(item, GpuSample):
             self._apply_gpu(item)
         elif isinstance(item, HealthProbeResult):
@@ -312,7 +390,7 @@ class Monitor:
                 host.touched = True
                 host.decorated.clear()
         else:
-            for name, host in self._hosts.items():
+            for host in self._hosts.values():
                 self._recheck_health(host, item.at)
                 if host.backfilling:
                     continue  # late lines of backfilled crashes may still be on their way
@@ -321,15 +399,8 @@ class Monitor:
                     if tracker.advance(item.at):
                         host.published = None  # a crash settled
                         settled = True
-                cursor = self._cursors.marked(name) if settled and self._cursors else None
-                if cursor is not None and self._cursors is not None:
-                    self._cursors.mark(name, cursor, self._unsettled_since(host))
-
-    @staticmethod
-    def _unsettled_since(host: _Host) -> datetime | None:
-        """The earliest end of a crash of ``host`` that is applied but not counted yet."""
-        ends = [end for tracker in host.trackers if (end := tracker.unsettled_since())]
-        return min(ends) if ends else None
+                if settled:
+                    host.changed = True
 
     def _apply_health(self, result: HealthProbeResult) -> None:
         """Take a probe result of a unit's current incarnation (a stale one is dropped)."""
@@ -451,6 +522,9 @@ class Monitor:
                 for reason, value in counts().items():
                     skipped[reason] = skipped.get(reason, 0) + value
             collectors = {key: state() for key, state in host.collectors.items()}
+            saved = None
+            if self._show_saved:
+                saved = host.saved if host.saved is not None else _NO_COUNTERS
             previous = host.snapshot
             if (
                 previous is None
@@ -459,6 +533,7 @@ class Monitor:
                 or previous.gpu_processes is not host.gpu_processes
                 or previous.collectors != collectors
                 or previous.records_skipped != skipped
+                or previous.saved_counters is not saved
             ):
                 previous = host.snapshot = HostSnapshot(
                     host=name,
@@ -467,9 +542,10 @@ class Monitor:
                     gpus=host.gpus,
                     records_skipped=skipped,
                     gpu_processes=host.gpu_processes,
+                    saved_counters=saved,
                 )
             hosts.append(previous)
-        snapshot = Snapshot(tuple(hosts), now)
+        snapshot = Snapshot(tuple(hosts), now, self._sentinel() if self._sentinel else None)
         self._log_changes(snapshot, rebuilt)
         self.latest = snapshot
         return snapshot
@@ -591,8 +667,13 @@ class Monitor:
             for unit in host.units:
                 counted = sum(unit.crashes_total.values())
                 key = (host.host, unit.unit)
-                crash = unit.last_crash
-                if counted > self._counted.get(key, 0) and crash is not None:
+                before = self._counted.get(key)
+                if before is None:  # first sight: what a previous run counted is not news
+                    before = entry.restored.get(unit.unit, 0) if entry is not None else 0
+                # logged once the root cause is settled (late lines included), as counted:
+                # one event per crash, each with its own incarnation and cause
+                new = unit.counted_crashes[-(counted - before) :] if counted > before else ()
+                for index, crash in enumerate(new):
                     # logged once the root cause is settled (late lines included), as counted
                     hint = hint_for(crash, HintContext(unit.unit, host.gpu_processes))
                     _log.warning(
@@ -606,7 +687,7 @@ class Monitor:
                         message=crash.message[:300],
                         hint=hint.text,
                         runbook=hint.runbook,
-                        crashes_total=counted,
+                        crashes_total=counted - len(new) + index + 1,
                     )
                 self._counted[key] = counted
                 current = unit.current

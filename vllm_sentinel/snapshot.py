@@ -13,6 +13,7 @@ from datetime import datetime
 from enum import StrEnum
 
 from vllm_sentinel.causes import CrashCause
+from vllm_sentinel.counters import UnitCounters
 from vllm_sentinel.phases import Outcome, Phase
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "PhaseEntry",
     "Progress",
     "ProgressBar",
+    "SentinelState",
     "Snapshot",
     "StartupRecord",
     "UnitHealth",
@@ -239,6 +241,8 @@ class UnitSnapshot:
         benign_errors_total: ERROR lines matched as benign (counter).
         duplicates_total: records ignored because their cursor was already applied.
         last_crash: the newest crash and its root cause, if any.
+        counted_crashes: the last crashes counted into ``crashes_total``, oldest first (at
+            most 16): what each one was when it was counted.
         phase_durations: seconds each startup phase took in the latest incarnation that
             passed it.
         startup_duration_seconds: start → ready of the latest incarnation that became ready.
@@ -274,6 +278,7 @@ class UnitSnapshot:
     benign_errors_total: int = 0
     duplicates_total: int = 0
     last_crash: CrashInfo | None = None
+    counted_crashes: tuple[CrashInfo, ...] = ()
     phase_durations: Mapping[Phase, float] = field(default_factory=dict)
     startup_duration_seconds: float | None = None
     gpu_memory_used_bytes: Mapping[int, int] = field(default_factory=dict)
@@ -372,7 +377,12 @@ class CollectorState:
 
 @dataclass(frozen=True, slots=True)
 class HostSnapshot:
-    """One host: its units, its GPUs and its collectors."""
+    """One host: its units, its GPUs and its collectors.
+
+    ``saved_counters``: when set (the daemon), the counters of each unit as the cursor store
+    last saved them, which ``/metrics`` shows instead of the units' own (a unit missing there
+    has counted nothing that was saved yet): a restarted daemon goes on from exactly these.
+    """
 
     host: str
     units: tuple[UnitSnapshot, ...]
@@ -380,11 +390,30 @@ class HostSnapshot:
     gpus: tuple[GpuDevice, ...] = ()
     records_skipped: Mapping[str, int] = field(default_factory=dict)
     gpu_processes: tuple[GpuProcessUsage, ...] = ()  # the latest reading's processes, placed
+    saved_counters: Mapping[str, UnitCounters] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SentinelState:
+    """The daemon's own state: config reloads, and the saving of cursors and counters.
+
+    Attributes:
+        config_reloads: reloads by result (``success``: applied; ``failure``: refused, the
+            running config kept).
+        cursor_save_failures_total: writes of the state directory that failed.
+        cursor_saved_at: when cursors and counters were last written (wall clock), if ever.
+    """
+
+    config_reloads: Mapping[str, int] = field(default_factory=dict)
+    cursor_save_failures_total: int = 0
+    cursor_saved_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
-    """What the daemon knows at ``at``: every host (the exporter renders this)."""
+    """What the daemon knows at ``at``: every host (the exporter renders this), and the
+    daemon's own state (``None`` outside the daemon: replay, tests)."""
 
     hosts: tuple[HostSnapshot, ...]
     at: datetime
+    sentinel: SentinelState | None = None

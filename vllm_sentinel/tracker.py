@@ -40,6 +40,7 @@ from vllm_sentinel.causes import (
     is_request_error,
     is_stop_request,
 )
+from vllm_sentinel.counters import UnitCounters
 from vllm_sentinel.crash import CrashBook
 from vllm_sentinel.failure_lines import Effect, FailureMatch, classify_failure_line
 from vllm_sentinel.health import api_url_from_args
@@ -128,12 +129,11 @@ class UnitTracker:
             its input, however long the gap to the next line).
 
     Attributes:
-        counting: while False, records rebuild incarnations, phases and the last crash but a
-            start or a crash they show does not count into ``starts_total`` /
-            ``crashes_total``: the daemon sets it for history it has reported before (records
-            up to its stored cursor) and for the backfill of its first start, so that the
-            counters of a restarted daemon hold only what is new to Prometheus. A crash counts
-            when its end is seen while counting.
+        counting: while False, records rebuild incarnations, phases and the last crash but
+            count into no counter (starts, crashes, records by level, benign errors): the
+            daemon sets it for history it counted before (records up to its saved cursor,
+            whose counters it restored, ``restore``) and for the backfill of its first start.
+            A crash counts when its end is seen while counting (or when it was carried).
     """
 
     def __init__(
@@ -167,6 +167,7 @@ class UnitTracker:
         self._clock = LineClock(reference_year)
         self._seen = SeenCursors()
         self._latest_time: datetime | None = None
+        self._line_level = "none"  # the level of the last line read (a record's: its first)
         self._counting = True
         self.records_by_level: Counter[str] = Counter()
         self._level_names = dict(_LOW_LEVELS)  # a plain dict: read on every line
@@ -228,10 +229,19 @@ class UnitTracker:
                 for line in message.split("\n") if "\n" in message else (message,):
                     self._feed_manager(record, line, time or clock.last_time)
             elif "\n" in message:
-                for line in message.split("\n"):
+                # one journal entry is one record, whatever its MESSAGE holds: its level is
+                # its first line's
+                lines = message.split("\n")
+                feed_line(record, lines[0], time)
+                level = self._line_level
+                for line in lines[1:]:
                     feed_line(record, line, time)
+                if self._counting:
+                    self.records_by_level[level] += 1
             else:
                 feed_line(record, message, time)
+                if self._counting:
+                    self.records_by_level[self._line_level] += 1
             if crashes.unsettled and self._settle_while_feeding:
                 crashes.settle_due(self._latest_time, self._printing_traceback)
         return applied
@@ -267,6 +277,52 @@ class UnitTracker:
     def unsettled_since(self) -> datetime | None:
         """When the earliest crash that will count but is not counted yet ended (UTC)."""
         return self._crashes.unsettled_since()
+
+    # --- counters kept across restarts of the daemon ------------------------------------------
+
+    def counters(self) -> UnitCounters:
+        """The counters as they are now, with the crashes that will count but are not counted
+        yet (what a restarted daemon goes on from)."""
+        return UnitCounters(
+            starts=self._incs.starts_total,
+            crashes=MappingProxyType(dict(self._crashes.crashes_total)),
+            records=MappingProxyType(dict(self.records_by_level)),
+            benign_errors=self.benign_errors_total,
+            carried=self._crashes.carried(),
+        )
+
+    def open_since(self) -> datetime | None:
+        """When the oldest incarnation whose outcome may still change began: running, or
+        crashed and not settled yet (a restarted daemon reads the journal from there, so it
+        rebuilds them whole: phases, evidence and causes, not just what follows its cursor)."""
+        starts = [
+            incarnation.started_at
+            for incarnation in self._incs.items
+            if incarnation.started_at is not None
+            and not (
+                incarnation.outcome is Outcome.STOPPED
+                or (incarnation.outcome is Outcome.CRASHED and incarnation.settled)
+            )
+        ]
+        return min(starts) if starts else None
+
+    def restore(self, counters: UnitCounters) -> None:
+        """Go on from counters a previous run saved (before any record is fed); its carried
+        crashes count when their end is read again, even as history (``CrashBook.carry``)."""
+        self._snapshot = None
+        self._incs.starts_total = counters.starts
+        self._crashes.crashes_total = Counter(counters.crashes)
+        self.records_by_level = Counter(counters.records)
+        self.benign_errors_total = counters.benign_errors
+        self._crashes.carry(counters.carried)
+
+    def settle_carried(self) -> int:
+        """Count the restored carried crashes that were not read again (the end of the
+        daemon's backfill); return how many."""
+        counted = self._crashes.settle_carried()
+        if counted:
+            self._snapshot = None
+        return counted
 
     def _printing_traceback(self, incarnation: Incarnation) -> bool:
         """True while a process of ``incarnation`` is inside a traceback (no exception yet)."""
@@ -341,7 +397,7 @@ class UnitTracker:
                 incarnation = owner  # the rest of a traceback goes where it began
         elif trace_owner and pid in trace_owner:
             del trace_owner[pid]
-        self.records_by_level[self._level_names.get(level, "none") if level else "none"] += 1
+        self._line_level = self._level_names.get(level, "none") if level else "none"
         if kind is not LineKind.RAW or consumed or found is not None or line_pid is not None:
             self.recognized_lines += 1  # vLLM's shape: a header, prefix, marker or traceback
         if incarnation.started_at is None and time is not None:
@@ -374,7 +430,8 @@ class UnitTracker:
         if level in _ERROR_LEVELS and not consumed:
             if self._benign.matches(body):
                 incarnation.benign_errors += 1
-                self.benign_errors_total += 1
+                if self._counting:
+                    self.benign_errors_total += 1
                 if len(incarnation.benign_lines) < BENIGN_LINES_KEPT:
                     incarnation.benign_lines.append(body[:BENIGN_LINE_CHARS])
             elif found is None and exception is None:
@@ -730,6 +787,7 @@ class UnitTracker:
             starts_total=self.starts_total,
             crashes_total=MappingProxyType(dict(crashes.crashes_total)),
             records_by_level=MappingProxyType(dict(self.records_by_level)),
+            counted_crashes=tuple(self._crashes.recent),
             benign_errors_total=self.benign_errors_total,
             duplicates_total=self.duplicates_total,
             last_crash=last_crash,
@@ -829,6 +887,13 @@ class TrackerSet:
 
     def __iter__(self) -> Iterator[UnitTracker]:
         return iter(list(self._trackers.values()))
+
+    def restore(self, host: str | None, unit: str, counters: UnitCounters) -> bool:
+        """Create the tracker of ``unit`` going on from saved counters (False: not wanted)."""
+        if self._patterns and not self.wants(unit):
+            return False
+        self._tracker((host, unit)).restore(counters)
+        return True
 
     def adopt(self, trackers: Iterable[UnitTracker]) -> None:
         """Take over existing trackers (a config reload keeps the state of kept units)."""

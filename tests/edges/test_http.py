@@ -21,8 +21,10 @@ from typing import Any
 import bcrypt
 import pytest
 import yaml
+from structlog.testing import capture_logs
 
 from tests.support.snapshots import basic_snapshot
+from vllm_sentinel import __version__
 from vllm_sentinel import http as sentinel_http
 from vllm_sentinel.causes import CrashCause
 from vllm_sentinel.errors import ConfigError
@@ -584,3 +586,60 @@ class TestRunbook:
     def test_read_from_the_checkout_without_a_packaged_copy(self) -> None:
         """A checkout (or editable install) has no vllm_sentinel/runbook.md: docs/ is read."""
         assert read_runbook() == RUNBOOK_MD.read_text(encoding="utf-8")
+
+
+class TestServerName:
+    """Every answer names vllm-sentinel and its version, never the Python version."""
+
+    def test_every_response_carries_our_server_header(self) -> None:
+        """/metrics, /status, 404, 405, and a request the HTTP layer refuses itself (issue 15
+        §8: ``Server: WSGIServer/0.2 CPython/3.11.7``)."""
+        expected = f"vllm-sentinel/{__version__}"
+        with serving() as server:
+            base = f"http://127.0.0.1:{server.port}"
+            replies = [
+                fetch(f"{base}/metrics"),
+                fetch(f"{base}/status"),
+                fetch(f"{base}/nope"),
+                fetch(f"{base}/status", method="POST"),
+            ]
+            with socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw:
+                # a header line too long: answered 431 by http.server itself, not the app
+                raw.sendall(b"GET / HTTP/1.1\r\nX-Long: " + b"a" * 70_000 + b"\r\n\r\n")
+                chunks = []
+                while chunk := raw.recv(4096):
+                    chunks.append(chunk)
+                answer = b"".join(chunks).decode("latin-1")
+        assert [reply.status for reply in replies] == [200, 200, 404, 405]
+        for reply in replies:
+            assert reply.headers.get_all("Server") == [expected]
+        assert answer.startswith("HTTP/1.0 431")
+        assert f"\r\nServer: {expected}\r\n" in answer
+        assert "Python" not in answer
+
+
+class TestFailedLogins:
+    """Refused requests are logged: who and as which user, never the password; rate-limited."""
+
+    def test_failures_are_logged_once_a_minute_with_their_count_and_no_password(
+        self, tmp_path: Path
+    ) -> None:
+        """Five wrong passwords in a burst: one ``http_auth_failed`` line; a minute later the
+        next failure logs again with the four it kept quiet (issue 15 §8: not logged at all)."""
+        now = [1000.0]
+        users = {"prometheus": bcrypt_hash(PASSWORD)}
+        authenticator = BasicAuthenticator(users, clock=lambda: now[0])
+        with serving(authenticator) as server, capture_logs() as logs:
+            url = f"http://127.0.0.1:{server.port}/metrics"
+            for _ in range(5):
+                assert fetch(url, headers=basic("prometheus", "hunter2-secret")).status == 401
+            now[0] += 61
+            assert fetch(url, headers=basic("mallory", "hunter2-secret")).status == 401
+            assert fetch(url, headers=basic("prometheus", PASSWORD)).status == 200
+        failures = [event for event in logs if event["event"] == "http_auth_failed"]
+        assert [(e["user"], e["failures"], e["path"]) for e in failures] == [
+            ("prometheus", 1, "/metrics"),
+            ("mallory", 5, "/metrics"),
+        ]
+        assert all(e["client"] == "127.0.0.1" and e["log_level"] == "warning" for e in failures)
+        assert "hunter2" not in repr(logs)

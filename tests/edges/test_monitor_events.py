@@ -228,3 +228,49 @@ def test_crash_hint_names_the_other_gpu_processes() -> None:
     (unit,) = status["units"]
     assert unit["last_crash"]["hint"]["text"] == crash["hint"]
     assert unit["last_crash"]["hint"]["rule"] == "free_memory_below_utilization"
+
+
+def test_crashes_that_settle_together_are_one_event_each_with_their_own_cause() -> None:
+    """Three crashes 3 s apart with three causes settle on the same tick: three
+    ``unit_crashed`` events, each naming its own invocation and cause (issue 15 §5: all three
+    said the last one's)."""
+    from tests.support.records import T0, Journal
+
+    journal = Journal(UNIT, HOST)
+    exceptions = {
+        "cuda_oom": "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
+        "dependency_mismatch": "RuntimeError: flashinfer-cubin version (0.6.3) does not match "
+        "flashinfer version (0.6.4). Please install the same version of both packages.",
+        "kv_cache_insufficient": "ValueError: No available memory for the cache blocks. Try "
+        "increasing `gpu_memory_utilization` when initializing the engine.",
+    }
+    records: list[Record] = []
+    for n, exception in enumerate(exceptions.values()):
+        invocation, at = f"{n + 1:032x}", 3 * n
+        header = "ERROR 11-29 10:00:03 [core.py:1] "
+        records += [
+            journal.at(at).systemd(f"Started {UNIT}.", invocation),
+            journal.at(at + 0.5).line(header + "EngineCore failed to start.", invocation),
+            journal.at(at + 0.5).line(header + "Traceback (most recent call last):", invocation),
+            journal.at(at + 0.5).line(header + '  File "core.py", line 1, in run', invocation),
+            journal.at(at + 0.5).line(header + exception, invocation),
+            journal.at(at + 1).systemd(
+                f"{UNIT}: Main process exited, code=exited, status=1/FAILURE", invocation
+            ),
+        ]
+    monitor = Monitor([HostPlan(HOST, (UNIT,))], clock=lambda: T0)
+    with capture_logs() as logs:
+        monitor.apply(JournalBatch(HOST, tuple(records), records[-1].cursor))
+        monitor.publish()
+        monitor.apply(Tick(T0 + timedelta(seconds=60)))  # all three settle now
+        monitor.publish()
+        monitor.publish()
+    crashes = _events(logs, "unit_crashed")
+    assert [(c["invocation_id"], c["cause"], c["crashes_total"]) for c in crashes] == [
+        (f"{n + 1:032x}", cause, n + 1) for n, cause in enumerate(exceptions)
+    ]
+    assert [c["exception_class"] for c in crashes] == [
+        "torch.OutOfMemoryError",
+        "RuntimeError",
+        "ValueError",
+    ]

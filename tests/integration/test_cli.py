@@ -167,6 +167,40 @@ class TestCheckConfig:
         err = result.stderr.decode()
         assert "exporter.listen" in err and "hosts[0].units[0]" in err
 
+    @pytest.mark.parametrize(
+        ("web_config", "expected"),
+        [
+            ("basic_auth_users:\n  prometheus: plain-secret-password\n", "not a bcrypt hash"),
+            ("tls_server_config:\n  cert_file: a.crt\n  key_file: a.key\n  cipher: x\n", "unsupported keys: cipher"),
+            ("tls_server_config:\n  cert_file: missing.crt\n  key_file: missing.key\n", "cannot load"),
+        ],
+        ids=["plain-password", "unknown-key", "missing-key-file"],
+    )  # fmt: skip
+    def test_the_web_config_is_checked_exactly_as_run_reads_it(
+        self, tmp_path: Path, web_config: str, expected: str
+    ) -> None:
+        """A web config ``run`` refuses is an error of ``check-config`` too, with the same
+        message and exit 2; the password itself is never echoed (issue 15 §7: it said OK)."""
+        web = tmp_path / "web.yml"
+        web.write_text(web_config)
+        config = tmp_path / "sentinel.toml"
+        config.write_text(
+            f'[exporter]\nlisten = "127.0.0.1:{free_port()}"\nweb_config_file = "{web}"\n'
+            f'[defaults]\nstate_directory = "{tmp_path / "state"}"\n'
+            f'[[hosts]]\nname = "a"\nlocal = true\ngpu = "none"\n'
+            f'journalctl_args = ["--directory={tmp_path}"]\n'
+        )
+        checked = _run("check-config", str(config))
+        ran = _run("run", "--config", str(config))
+        assert (checked.returncode, ran.returncode) == (2, 2)
+        check_error = checked.stderr.decode().strip().splitlines()
+        run_error = [
+            line for line in ran.stderr.decode().splitlines() if line.startswith("vllm-sentinel:")
+        ]
+        assert check_error == run_error and len(check_error) == 1
+        assert expected in check_error[0] and str(web) in check_error[0]
+        assert "plain-secret-password" not in check_error[0]
+
 
 PASSWORD = "status-PASSWORD-7c3d-never-in-argv"
 

@@ -74,6 +74,7 @@ class TestAlertDefinitions:
             "VllmNotReady",
             "VllmReadyButUnhealthy",
             "VllmSentinelCollectorDown",
+            "VllmSentinelStateNotSaved",
             "VllmSentinelDown",
             "VllmSentinelAbsent",
         }

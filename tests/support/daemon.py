@@ -146,3 +146,49 @@ async def running_daemon(
     finally:
         daemon.request_stop()
         await asyncio.wait_for(task, 30)
+
+
+class CounterSums:
+    """Counters summed across scrapes the way Prometheus's ``increase()`` reads them.
+
+    Each scrape is compared with the previous one of the same series: a rise adds the
+    difference, a drop is a counter reset (a restarted process) and adds the new value whole.
+    A series seen for the first time adds its value (it counted from zero). ``total(name,
+    **labels)`` sums what every series of ``name`` matching ``labels`` added so far.
+    """
+
+    def __init__(self) -> None:
+        self._last: dict[tuple[str, frozenset[tuple[str, str]]], float] = {}
+        self._added: dict[tuple[str, frozenset[tuple[str, str]]], float] = {}
+        self.resets = 0
+
+    def add(self, samples: Samples) -> None:
+        """Take one scrape (only ``*_total`` series are counters)."""
+        for key, current in samples.items():
+            if not key[0].endswith("_total"):
+                continue
+            previous = self._last.get(key)
+            if previous is None:
+                increase = current
+            elif current >= previous:
+                increase = current - previous
+            else:
+                increase = current
+                self.resets += 1
+            self._added[key] = self._added.get(key, 0.0) + increase
+            self._last[key] = current
+
+    def total(self, name: str, **labels: str) -> float:
+        """What the series of ``name`` whose labels include ``labels`` added in all."""
+        wanted = set(labels.items())
+        return sum(v for (n, ls), v in self._added.items() if n == name and wanted <= ls)
+
+    def by(self, name: str, label: str, **labels: str) -> dict[str, float]:
+        """``total`` per value of ``label`` (values that added nothing left out)."""
+        wanted = set(labels.items())
+        out: dict[str, float] = {}
+        for (n, ls), v in self._added.items():
+            if n == name and wanted <= ls and v:
+                key = dict(ls)[label]
+                out[key] = out.get(key, 0.0) + v
+        return out

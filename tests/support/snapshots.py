@@ -21,6 +21,7 @@ from vllm_sentinel.snapshot import (
     IncarnationSnapshot,
     PhaseEntry,
     Progress,
+    SentinelState,
     Snapshot,
     UnitHealth,
     UnitSnapshot,
@@ -245,4 +246,9 @@ def basic_snapshot() -> Snapshot:
             "gpu": CollectorState(up=False, since=at(1200), reason="ssh_connect_failed"),
         },
     )
-    return Snapshot(hosts=(host_a, host_b), at=AT)
+    sentinel = SentinelState(
+        config_reloads={"success": 2, "failure": 1},
+        cursor_save_failures_total=0,
+        cursor_saved_at=at(1799),
+    )
+    return Snapshot(hosts=(host_a, host_b), at=AT, sentinel=sentinel)

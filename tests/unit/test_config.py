@@ -10,6 +10,7 @@ from pydantic import BaseModel
 
 from vllm_sentinel.causes import DEFAULT_BENIGN_PATTERNS
 from vllm_sentinel.config import (
+    JOURNALCTL_OPTIONS,
     Config,
     DefaultsConfig,
     ExporterConfig,
@@ -270,6 +271,45 @@ class TestParseConfig:
             "--user",
             "--system",
         ]
+        toml_args = ", ".join(f'"{arg}"' for arg in args)
+        config = parse_config(LOCAL + f"journalctl_args = [{toml_args}]\n")
+        assert config.hosts[0].journalctl_args == tuple(args)
+
+    @pytest.mark.parametrize(
+        ("arg", "why"),
+        [
+            ("--root=-x", "must not start with '-'"),
+            ("--directory=-rf", "must not start with '-'"),
+            ("--machine=-x", "must not start with '-'"),
+            ("--namespace=--all", "must not start with '-'"),
+            ("--directory=var/log/journal", "must be an absolute path"),
+            ("--root=relative", "must be an absolute path"),
+            ("--directory=/var/log/*", "without globs"),
+            ("--machine=a/b", "must be a name"),
+            ("--namespace=a b", "whitespace is not allowed"),
+            ("--image=/tmp/disk.raw", "not an allowed journalctl option"),
+            ("--output=cat", "not an allowed journalctl option"),
+            ("--directory", "not an allowed journalctl option"),
+        ],
+        ids=repr,
+    )
+    def test_option_injection_in_journalctl_args_is_refused(self, arg: str, why: str) -> None:
+        """Each allowed option's value is checked for its kind (issue 15 §8: ``--root=-x`` was
+        accepted): no value starting with ``-``, paths absolute, names plain."""
+        message = config_error(LOCAL + f'journalctl_args = ["{arg}"]\n')
+        assert "hosts[0].journalctl_args[0]" in message and why in message
+
+    def test_every_allowed_option_says_why_it_is_there(self) -> None:
+        """The allow-list is a table: each option with the kind of value and the reason."""
+        assert set(JOURNALCTL_OPTIONS) == {
+            "--directory",
+            "--file",
+            "--root",
+            "--machine",
+            "--namespace",
+        }
+        assert all(kind and why for kind, why in JOURNALCTL_OPTIONS.values())
+        args = ["--namespace=*", "--namespace=+vllm", "--file=/var/log/journal/*/*.journal"]
         toml_args = ", ".join(f'"{arg}"' for arg in args)
         config = parse_config(LOCAL + f"journalctl_args = [{toml_args}]\n")
         assert config.hosts[0].journalctl_args == tuple(args)

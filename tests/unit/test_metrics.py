@@ -33,6 +33,8 @@ NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 LABEL = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 ROWS = {row.name: row for row in METRICS}
 
+_DAEMON_FAMILIES = ("vllm_sentinel_build_", "vllm_sentinel_config_", "vllm_sentinel_cursor_")
+
 
 def samples(name: str, snapshot: Snapshot) -> dict[tuple[str, ...], float]:
     """The samples of one row over a snapshot, keyed by label values."""
@@ -77,7 +79,7 @@ class TestMetricTable:
 
     def test_subjects_are_the_known_ones(self) -> None:
         """Names follow ``vllm_sentinel_<subject>_…`` with a subject from the style guide."""
-        subjects = ("unit_", "gpu_", "collector_", "records_", "build_")
+        subjects = ("unit_", "gpu_", "collector_", "records_", "build_", "config_", "cursor_")
         for row in METRICS:
             assert row.name.removeprefix("vllm_sentinel_").startswith(subjects), row.name
 
@@ -92,11 +94,12 @@ class TestMetricTable:
                 assert bad not in row.name, row.name
 
     def test_host_and_unit_are_the_first_labels(self) -> None:
-        """Unit families start with ``host, unit``; host-level families with ``host``."""
+        """Unit families start with ``host, unit``; host-level families with ``host``; the
+        daemon's own (build, config reloads, the state directory) have no host."""
         for row in METRICS:
             if row.name.startswith("vllm_sentinel_unit_"):
                 assert row.labels[:2] == ("host", "unit"), row.name
-            elif not row.name.startswith("vllm_sentinel_build_"):
+            elif not row.name.startswith(_DAEMON_FAMILIES):
                 assert row.labels[0] == "host", row.name
             else:
                 assert "host" not in row.labels

@@ -36,7 +36,9 @@ __all__ = [
     "rules",
 ]
 
-PER_SENTINEL_ALERTS = frozenset({"VllmSentinelCollectorDown", "VllmSentinelDown"})
+PER_SENTINEL_ALERTS = frozenset(
+    {"VllmSentinelCollectorDown", "VllmSentinelDown", "VllmSentinelStateNotSaved"}
+)
 """Alerts about one sentinel (kept per ``instance`` and ``replica``); the others are about units."""
 
 DEFAULT_VARIABLES: Mapping[str, str] = {

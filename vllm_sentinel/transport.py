@@ -148,7 +148,7 @@ class LocalTransport:
                 raise TransportError(self.host, "command_failed", f"exit {code}: {_tail(stderr)}")
         finally:
             if not finished:
-                await _terminate(process)
+                await _terminate(process, stderr_read=True)
             if not stderr_task.done():
                 stderr_task.cancel()
                 await asyncio.gather(stderr_task, return_exceptions=True)
@@ -209,17 +209,35 @@ async def _wait_at_most(awaitable: Awaitable[object], seconds: float) -> bool:
     return True
 
 
-async def _terminate(process: asyncio.subprocess.Process) -> None:
-    """SIGTERM, then SIGKILL after 5 s; never waits more than 10 s in all."""
-    if process.returncode is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        process.terminate()
-    if not await _wait_at_most(process.wait(), _TERMINATE_GRACE_SECONDS):
-        with contextlib.suppress(ProcessLookupError):
-            process.kill()
-        # asyncio (3.11) also waits for the pipes to close; a reaped child may not get there
-        await _wait_at_most(process.wait(), _TERMINATE_GRACE_SECONDS)
+async def _terminate(process: asyncio.subprocess.Process, *, stderr_read: bool = False) -> None:
+    """SIGTERM, then SIGKILL after 5 s; never waits more than 10 s in all.
+
+    Its output is read and dropped meanwhile: asyncio (3.11) finishes a child only once its
+    pipes reached their end, and a reader that stopped consuming (a follower cancelled while
+    ``journalctl`` was writing fast) leaves a full buffer, reading paused, and the child's
+    transport open after its exit: collected after the event loop closed, it fails there.
+    ``stderr_read``: the caller reads stderr itself (only one reader at a time).
+    """
+    pipes = (process.stdout,) if stderr_read else (process.stdout, process.stderr)
+    drains = [asyncio.ensure_future(_drain(pipe)) for pipe in pipes if pipe is not None]
+    try:
+        if process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                process.terminate()
+        if not await _wait_at_most(process.wait(), _TERMINATE_GRACE_SECONDS):
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            await _wait_at_most(process.wait(), _TERMINATE_GRACE_SECONDS)
+    finally:
+        for drain in drains:
+            drain.cancel()
+        await asyncio.gather(*drains, return_exceptions=True)
+
+
+async def _drain(pipe: asyncio.StreamReader) -> None:
+    """Read ``pipe`` to its end, dropping what it holds."""
+    while await pipe.read(_READ_SIZE):
+        pass
 
 
 @dataclass(frozen=True, slots=True)

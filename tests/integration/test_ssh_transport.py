@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -389,3 +390,35 @@ async def _wait_no_followers(path: Path, timeout_seconds: float) -> None:
         if loop.time() >= deadline:
             raise TimeoutError(f"journalctl still running after close: {pids}")
         await asyncio.sleep(0.02)  # poll interval, bounded by the deadline
+
+
+def test_a_local_stream_closed_while_its_child_writes_fast_leaves_nothing_behind() -> None:
+    """``LocalTransport.stream`` closed while its child still writes fast (a busy ``journalctl``
+    whose follower is cancelled): the child is reaped and its transport finished before the
+    event loop closes. Found by the chaos test: the output nobody read any more paused the
+    pipe, asyncio never saw its end, and the transport failed when collected after the loop
+    had closed (``Exception ignored in BaseSubprocessTransport.__del__``)."""
+    import gc
+    import sys
+
+    from vllm_sentinel.transport import LocalTransport
+
+    unraisable: list[object] = []
+    previous = sys.unraisablehook
+    sys.unraisablehook = unraisable.append
+
+    async def main() -> float:
+        stream = LocalTransport("here").stream(["yes", "y" * 1000])
+        await anext(stream)
+        await asyncio.sleep(0.3)  # the child fills the pipe and the reader's buffer
+        started = time.monotonic()
+        await stream.aclose()
+        return time.monotonic() - started
+
+    try:
+        closed_in = asyncio.run(main())
+        gc.collect()
+    finally:
+        sys.unraisablehook = previous
+    assert unraisable == []
+    assert closed_in < 5.0  # reaped at SIGTERM, not after the kill's grace

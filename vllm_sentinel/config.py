@@ -938,7 +938,7 @@ def check_config(path: str | os.PathLike[str]) -> list[str]:
     """Validate a file and summarise it for ``vllm-sentinel check-config``, one line per item.
 
     The exporter's web config file and TLS files are read exactly as ``run`` reads them
-    (``http.load_exporter_security``): one that ``run`` would refuse is an error here too.
+    (``web_config.load_exporter_security``): one that ``run`` would refuse is an error here too.
     SSH files (known_hosts, client keys) are checked for presence only, and a missing one is a
     warning: it may be deployed after the config (the host's collector reports it).
 
@@ -946,7 +946,7 @@ def check_config(path: str | os.PathLike[str]) -> list[str]:
         ConfigError: the file is invalid (the CLI exits 2 with the message).
     """
     config = load_config(path)
-    from vllm_sentinel.http import load_exporter_security  # the daemon's own check
+    from vllm_sentinel.web_config import load_exporter_security  # the daemon's own check
 
     security = load_exporter_security(config.exporter)
     exporter = config.exporter

@@ -45,7 +45,13 @@ from vllm_sentinel.exporter import SentinelCollector, make_registry
 from vllm_sentinel.gpu import CgroupReader, GpuPoller, GpuReader, NvidiaSmiStreamReader, NvmlReader
 from vllm_sentinel.health import HealthProbeResult
 from vllm_sentinel.history import HistoryStore
-from vllm_sentinel.http import ServerHandle, load_exporter_security, make_app, start_http_server
+from vllm_sentinel.http import (
+    BasicAuthenticator,
+    ServerHandle,
+    load_exporter_security,
+    make_app,
+    start_http_server,
+)
 from vllm_sentinel.journal import FollowerSettings, HistoryBoundary, JournalBatch, JournalFollower
 from vllm_sentinel.monitor import GpuDown, GpuSample, HostPlan, Monitor, StateSaved, Tick
 from vllm_sentinel.probe import HealthProber
@@ -128,14 +134,16 @@ def serve_http(
 
     Raises:
         ConfigError: the web config or TLS files cannot be used (``check-config`` runs the same
-            check: ``http.load_exporter_security``).
+            check: ``web_config.load_exporter_security``).
     """
     exporter = config.exporter
     security = load_exporter_security(exporter)
     if security.basic_auth_without_tls:
         _log.warning("basic_auth_without_tls", detail="passwords travel in clear text")
     registry = make_registry(SentinelCollector(get_snapshot))
-    app = make_app(registry, status, authenticator=security.authenticator, snapshot=get_snapshot)
+    users = security.basic_auth_users
+    authenticator = BasicAuthenticator(users) if users else None
+    app = make_app(registry, status, authenticator=authenticator, snapshot=get_snapshot)
     return start_http_server(exporter.listen_host, exporter.listen_port, app, security.ssl_context)
 
 

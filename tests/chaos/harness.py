@@ -1,4 +1,5 @@
-"""The chaos test's parts: ground truth, unit scripts, the daemon process, the SSH server.
+"""The chaos tfrom tests.support.http_errors import closed
+est's parts: ground truth, unit scripts, the daemon process, the SSH server.
 
 * ``UnitTruth`` — what a unit really did (every start, crash with its cause, record by level,
   the phase it ends in, its last crash), updated by the same code that writes its journal
@@ -36,6 +37,7 @@ from typing import Any
 import orjson
 
 from tests.support.daemon import Samples, parse_metrics
+from tests.support.http_errors import closed
 from tests.support.journal_writer import (
     MESSAGE_ID_STARTED,
     MESSAGE_ID_STOPPED,
@@ -359,7 +361,8 @@ class SentinelProcess:
                 f"http://127.0.0.1:{self.port}/metrics", timeout=10
             ) as response:
                 return parse_metrics(response.read().decode())
-        except OSError:
+        except OSError as error:
+            closed(error)
             return None
 
     def wait_serving(self, hosts: set[str], timeout: float = 60) -> Samples:

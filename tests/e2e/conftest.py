@@ -37,6 +37,7 @@ import yaml
 
 from tests.conftest import require_binary
 from tests.support.daemon import free_port
+from tests.support.http_errors import closed
 from tests.support.promql import fast_rules
 
 REPO = Path(__file__).resolve().parents[2]
@@ -70,7 +71,7 @@ def poll(check: Callable[[], Any], *, timeout: float, what: str, interval: float
         try:
             result = check()
         except (OSError, ValueError) as error:  # not listening yet, half-written answer
-            last_error, result = error, None
+            last_error, result = closed(error), None
         if result:
             return result
         if time.monotonic() >= deadline:
@@ -92,7 +93,7 @@ async def poll_async(
         try:
             result = await asyncio.to_thread(check)
         except (OSError, ValueError) as error:
-            last_error, result = error, None
+            last_error, result = closed(error), None
         if result:
             return result
         if time.monotonic() >= deadline:

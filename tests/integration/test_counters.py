@@ -40,6 +40,7 @@ from tests.support.daemon import (
     running_daemon,
     value,
 )
+from tests.support.http_errors import closed
 from tests.support.journal_writer import (
     MESSAGE_ID_STARTED,
     JournalWriter,
@@ -384,7 +385,8 @@ def _scrape(port: int) -> dict[tuple[str, frozenset[tuple[str, str]]], float] | 
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
             return parse_metrics(response.read().decode())
-    except OSError:
+    except OSError as error:
+        closed(error)
         return None
 
 

@@ -24,6 +24,7 @@ import pytest
 from click.testing import CliRunner
 
 from tests.support.daemon import free_port, local_config, local_config_text, running_daemon
+from tests.support.http_errors import closed
 from tests.support.journal_writer import JournalWriter, service_line, to_realtime_us
 from vllm_sentinel.cli import cli
 
@@ -134,7 +135,8 @@ def _get(url: str) -> int:
     try:
         with urllib.request.urlopen(url, timeout=5) as response:
             return int(response.status)
-    except urllib.error.URLError:
+    except urllib.error.URLError as error:
+        closed(error)
         return 0
 
 

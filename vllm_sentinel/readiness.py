@@ -20,7 +20,7 @@ Each unit is one JSON object in the shape vLLM's users ask for (vllm-project/vll
      "invocation_id": "…", "started_at": "…Z", "ready_at": null,
      "model": "…", "vllm_version": "…", "tensor_parallel_size": 8,
      "last_crash": {"cause", "exception", "message", "phase", "at",
-                    "hint": {"text", "runbook", "rule"}} | null,   # hints.hint_for
+                    "hint": {"text", "runbook", "rule"}} | null,   # report.crash_to_json
      "health": {"url", "up", "status", "error", "last_probe_at", "last_success_at",
                 "failing_since", "duration_seconds", "served_models"} | null}
 
@@ -41,11 +41,10 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
 
-from vllm_sentinel.hints import HintContext, hint_for
+from vllm_sentinel.hints import HintContext
 from vllm_sentinel.phases import Outcome, Phase
-from vllm_sentinel.report import format_duration, iso_utc
+from vllm_sentinel.report import crash_to_json, format_duration, iso_utc
 from vllm_sentinel.snapshot import (
-    CrashInfo,
     GpuProcessUsage,
     HostSnapshot,
     IncarnationSnapshot,
@@ -159,20 +158,6 @@ def _progress(current: IncarnationSnapshot) -> float | None:
     return None
 
 
-def _crash(crash: CrashInfo | None, context: HintContext) -> dict[str, Any] | None:
-    if crash is None:
-        return None
-    hint = hint_for(crash, context)
-    return {
-        "cause": crash.cause.value,
-        "exception": crash.exception,
-        "message": crash.message,
-        "phase": crash.phase.value,
-        "at": iso_utc(crash.at),
-        "hint": {"text": hint.text, "runbook": hint.runbook, "rule": hint.rule},
-    }
-
-
 def _health(health: UnitHealth | None) -> dict[str, Any] | None:
     if health is None:
         return None
@@ -239,7 +224,7 @@ def unit_document(
         "model": current.model if current else None,
         "vllm_version": current.vllm_version if current else None,
         "tensor_parallel_size": current.tensor_parallel_size if current else None,
-        "last_crash": _crash(unit.last_crash, HintContext(unit.unit, gpu_processes)),
+        "last_crash": crash_to_json(unit.last_crash, HintContext(unit.unit, gpu_processes)),
         "health": _health(unit.health),
     }
 

@@ -52,6 +52,7 @@ from vllm_sentinel.snapshot import (
 from vllm_sentinel.tracker import RECENT_EVENTS_KEPT
 
 __all__ = [
+    "crash_to_json",
     "format_duration",
     "iso_utc",
     "render_status",
@@ -72,7 +73,11 @@ def iso_utc(value: datetime | None) -> str | None:
 _DAY = timedelta(hours=24)
 
 
-def _crash(crash: CrashInfo | None, context: HintContext | None = None) -> dict[str, Any] | None:
+def crash_to_json(
+    crash: CrashInfo | None, context: HintContext | None = None
+) -> dict[str, Any] | None:
+    """A crash as the JSON object of ``"crash"``/``"last_crash"`` (``None`` stays ``None``),
+    with its fix hint (``hints.hint_for``; ``context``: the host's GPU processes)."""
     if crash is None:
         return None
     hint = hint_for(crash, context)
@@ -134,7 +139,7 @@ def _incarnation(
         ],
         "furthest_phase": item.furthest_phase.value,
         "outcome": item.outcome.value,
-        "crash": _crash(item.crash, context),
+        "crash": crash_to_json(item.crash, context),
         "pids": list(item.pids),
         "benign_errors": item.benign_errors,
         "benign_lines": [{"line": line, "why": explain_benign(line)} for line in item.benign_lines],
@@ -189,7 +194,7 @@ def unit_to_json(
             phase.value: seconds for phase, seconds in unit.phase_durations.items()
         },
         "startup_duration_seconds": unit.startup_duration_seconds,
-        "last_crash": _crash(unit.last_crash, context),
+        "last_crash": crash_to_json(unit.last_crash, context),
         "slow": unit.slow,
         "usual_phase_seconds": unit.usual_phase_seconds,
         "eta_seconds": unit.eta_seconds,

@@ -397,23 +397,11 @@ def init_config_command(
 
 def _write_private(path: str, text: str) -> None:
     """Write ``text`` to ``path`` with mode 0640 (a temporary file renamed over it)."""
-    import contextlib
     from pathlib import Path
 
-    target = Path(path)
-    temporary = target.with_name(f".{target.name}.tmp")
-    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o640)
-    try:
-        with os.fdopen(descriptor, "w", encoding="utf-8") as stream:
-            stream.write(text)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.chmod(temporary, 0o640)  # whatever the umask
-        os.replace(temporary, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            temporary.unlink()
-        raise
+    from vllm_sentinel.atomic_file import write_atomically
+
+    write_atomically(Path(path), text.encode(), mode=0o640)
 
 
 @cli.command("demo")

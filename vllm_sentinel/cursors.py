@@ -8,13 +8,13 @@ One file per host, ``<state directory>/<encoded host>.cursor``:
   are history: the host's first start) and ``units``, each unit's counters as they were right
   after that record was applied (``counters.UnitCounters``), crashes not counted yet included.
 
-The cursor and the counters are written together, atomically (a unique temporary file in the
-state directory, fsync, rename, fsync of the directory): a crash of the daemon, SIGKILL
-included, leaves the old pair or the new one, never a torn file or a cursor without its
-counters. A restarted daemon therefore goes on counting from exactly the saved counters, and
-treats every record up to the saved cursor as history: nothing is counted twice or lost.
-``saved(host)`` is what the last successful write (or the file, at start) holds: the exporter
-shows counters from it, never counts it could not save yet.
+The cursor and the counters are written together, atomically (``atomic_file``: a unique
+temporary file in the state directory, fsync, rename, fsync of the directory): a crash of the
+daemon, SIGKILL included, leaves the old pair or the new one, never a torn file or a cursor
+without its counters. A restarted daemon therefore goes on counting from exactly the saved
+counters, and treats every record up to the saved cursor as history: nothing is counted twice
+or lost. ``saved(host)`` is what the last successful write (or the file, at start) holds: the
+exporter shows counters from it, never counts it could not save yet.
 
 Host names become file names only through ``encode_host`` (percent-encoding: reversible, no
 ``/``, no name starting with ``.``). Files of earlier versions (``<host>.cursor`` with the
@@ -31,7 +31,6 @@ many there were (``cursor_save_failed``), and the recovery is logged once (``cur
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import tempfile
 import threading
@@ -47,6 +46,7 @@ from urllib.parse import unquote
 import orjson
 import structlog
 
+from vllm_sentinel.atomic_file import replace_file, sync_directory
 from vllm_sentinel.counters import UnitCounters, from_micros, micros
 from vllm_sentinel.errors import StateDirectoryError
 from vllm_sentinel.log import Throttle
@@ -382,23 +382,5 @@ class CursorStore:
     def _write_all(self, pending: Mapping[str, HostState]) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
         for host, state in pending.items():
-            target = self.path(host)
-            descriptor, temporary = tempfile.mkstemp(
-                prefix=f".{target.name}.", suffix=".tmp", dir=self.directory
-            )
-            try:
-                with open(descriptor, "w", encoding="utf-8") as stream:
-                    stream.write(state.text())
-                    stream.flush()
-                    os.fsync(stream.fileno())
-                os.replace(temporary, target)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(temporary)
-                raise
-        directory = os.open(self.directory, os.O_RDONLY)
-        try:
-            with contextlib.suppress(OSError):
-                os.fsync(directory)
-        finally:
-            os.close(directory)
+            replace_file(self.path(host), state.text().encode())
+        sync_directory(self.directory)

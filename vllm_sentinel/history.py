@@ -9,9 +9,10 @@ Files: ``<state directory>/history/<host>/<unit>.json``, the names percent-encod
 (``urllib.parse.quote``, a leading ``.`` too), so any host or unit name maps to one plain file
 name and back. A file holds ``{"format": 1, "host", "unit", "starts": [...]}``. ``load`` reads
 every file once, at start, in a worker thread; ``flush`` writes the changed units atomically
-(a unique temporary file, fsync, rename, fsync of the directory), at most one flush at a time,
-like ``cursors.CursorStore``. A file that cannot be read or does not hold a valid history is
-reported once (``history_file_corrupt``, a warning naming the file and the error), counted in
+(``atomic_file.write_atomically``: a unique temporary file, fsync, rename, fsync of the
+directory), at most one flush at a time, like ``cursors.CursorStore``. A file that cannot be
+read or does not hold a valid history is reported once (``history_file_corrupt``, a warning
+naming the file and the error), counted in
 ``vllm_sentinel_records_skipped_total{reason="history_file_corrupt"}`` of its host, renamed to
 ``….json.corrupt`` (kept for a person to read, never read again) and otherwise ignored: the
 unit's history starts afresh.
@@ -22,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import tempfile
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -34,6 +34,7 @@ import orjson
 import structlog
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
 
+from vllm_sentinel.atomic_file import write_atomically
 from vllm_sentinel.eta import HISTORY_SIZE, remember
 from vllm_sentinel.phases import Phase
 from vllm_sentinel.snapshot import StartupRecord
@@ -280,23 +281,4 @@ class HistoryStore:
         assert self.directory is not None
         folder = self.directory / encode_name(host)
         folder.mkdir(parents=True, exist_ok=True)
-        target = folder / (encode_name(unit) + _SUFFIX)
-        descriptor, temporary = tempfile.mkstemp(
-            prefix=f".{target.name[:64]}.", suffix=".tmp", dir=folder
-        )
-        try:
-            with open(descriptor, "wb") as stream:
-                stream.write(_document(host, unit, records))
-                stream.flush()
-                os.fsync(stream.fileno())
-            os.replace(temporary, target)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(temporary)
-            raise
-        handle = os.open(folder, os.O_RDONLY)
-        try:
-            with contextlib.suppress(OSError):
-                os.fsync(handle)
-        finally:
-            os.close(handle)
+        write_atomically(folder / (encode_name(unit) + _SUFFIX), _document(host, unit, records))

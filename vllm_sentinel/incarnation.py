@@ -7,8 +7,9 @@ the stretch between two version banners. ``Incarnation`` is the tracker's mutabl
 * **Phases only move forward** (``phases.is_forward``), and so does the timeline's time: a line
   from the past enters its phase at the time of the timeline's last entry (``not_before``).
 * **Figures** a marker line carries (shards loaded, GiB, seconds, tokens) are read into the
-  incarnation by a table, ``FIGURES``, keyed by the marker's event; a tqdm bar's reading (items
-  done, the remaining time it prints) by ``read_progress_bar``.
+  incarnation's ``progress`` (the frozen ``snapshot.Progress`` its snapshots share, replaced
+  on each change) by a table, ``FIGURES``, keyed by the marker's event; a tqdm bar's reading
+  (items done, the remaining time it prints) by ``read_progress_bar``.
 
 Ending an incarnation (``close``) is the phase side of a crash or a stop; deciding *that* it
 crashed, and why, is ``crash.CrashBook``'s.
@@ -17,9 +18,10 @@ crashed, and why, is ``crash.CrashBook``'s.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from types import MappingProxyType
+from typing import Any
 
 from vllm_sentinel.causes import Evidence
 from vllm_sentinel.markers import Event
@@ -76,6 +78,7 @@ class Incarnation:
         settled / counted / settle_from / confirmed: crash settling state
             (``crash.CrashBook``).
         pids: processes that logged for it (insertion-ordered, bounded by the tracker).
+        progress: the figures read so far and the last tqdm bar (``snapshot.Progress``).
     """
 
     serial: int
@@ -111,22 +114,9 @@ class Incarnation:
     tensor_parallel_size: int | None = None
     api_url: str | None = None  # where its API server listens (health.py)
     max_rank: int | None = None
-    shards_loaded: int | None = None
-    shards_total: int | None = None
-    model_weights_bytes: int | None = None
-    weights_load_seconds: float | None = None
-    compile_seconds: float | None = None
-    kv_cache_bytes: int | None = None
-    kv_cache_tokens: int | None = None
-    cuda_graph_bytes: int | None = None
-    cuda_graph_capture_seconds: float | None = None
-    engine_init_seconds: float | None = None
+    progress: Progress = field(default_factory=Progress)  # figures, last tqdm bar (replaced)
     start_seen: bool = False  # systemd's Starting/Started or vLLM's banner was read
-    bar: ProgressBar | None = None  # the last tqdm bar (shards, CUDA graphs)
-    bar_origin: datetime | None = None  # when that bar started, by tqdm's own clock
-    weights_progress_first_at: datetime | None = None  # first reading of the shard bar
-    weights_progress_first_loaded: int | None = None
-    weights_progress_at: datetime | None = None  # when the shard count last grew
+    bar_origin: datetime | None = None  # when the last bar started, by tqdm's own clock
 
     @property
     def ended(self) -> bool:
@@ -233,22 +223,7 @@ class Incarnation:
             model=self.model,
             tensor_parallel_size=tp,
             api_url=self.api_url,
-            progress=Progress(
-                weights_shards_loaded=self.shards_loaded,
-                weights_shards_total=self.shards_total,
-                model_weights_bytes=self.model_weights_bytes,
-                weights_load_seconds=self.weights_load_seconds,
-                compile_seconds=self.compile_seconds,
-                kv_cache_bytes=self.kv_cache_bytes,
-                kv_cache_tokens=self.kv_cache_tokens,
-                cuda_graph_bytes=self.cuda_graph_bytes,
-                cuda_graph_capture_seconds=self.cuda_graph_capture_seconds,
-                engine_init_seconds=self.engine_init_seconds,
-                bar=self.bar,
-                weights_progress_first_at=self.weights_progress_first_at,
-                weights_progress_first_loaded=self.weights_progress_first_loaded,
-                weights_progress_at=self.weights_progress_at,
-            ),
+            progress=self.progress,
             start_seen=self.start_seen,
         )
 
@@ -303,7 +278,7 @@ def _gib_bytes(text: str | None) -> int | None:
 
 FIGURES: Mapping[Event, tuple[tuple[str, str, Callable[[str | None], float | int | None]], ...]]
 FIGURES = MappingProxyType(
-    {  # event → (named group of the marker, incarnation field, conversion)
+    {  # event → (named group of the marker, ``snapshot.Progress`` field, conversion)
         Event.WEIGHTS_LOADED: (("s", "weights_load_seconds", parse_float),),
         Event.MODEL_LOADED: (("gib", "model_weights_bytes", _gib_bytes),),
         Event.COMPILE_FINISHED: (("s", "compile_seconds", parse_float),),
@@ -336,26 +311,30 @@ def read_figures(incarnation: Incarnation, event: Event, groups: Mapping[str, st
         incarnation.model = model[:256]
         # the engine's report wins, once: later ones must not churn the info series
         incarnation.model_from_engine = event is Event.ENGINE_INIT
-    for group, attribute, convert in FIGURES.get(event, ()):
+    figures: dict[str, Any] = {}
+    for group, name, convert in FIGURES.get(event, ()):
         value = convert(groups.get(group))
         if value is not None:
-            setattr(incarnation, attribute, value)
+            figures[name] = value
     if groups.get("world") == "1" and incarnation.tensor_parallel_size is None:
         incarnation.tensor_parallel_size = 1  # a world of one process: no tensor parallelism
     workers = parse_int(groups.get("workers"))
     if workers and (incarnation.max_rank is None or workers - 1 > incarnation.max_rank):
         incarnation.max_rank = workers - 1  # a lower bound of TP, like the ranks that logged
+    progress = incarnation.progress
     if event is Event.WEIGHTS_PROGRESS:
         loaded, total = parse_int(groups.get("n")), parse_int(groups.get("total"))
         if total:
-            incarnation.shards_total = total
-            incarnation.shards_loaded = max(loaded or 0, incarnation.shards_loaded or 0)
+            figures["weights_shards_total"] = total
+            figures["weights_shards_loaded"] = max(loaded or 0, progress.weights_shards_loaded or 0)
     elif event is Event.MODEL_LOADED:
         seconds = parse_float(groups.get("s"))
-        if seconds is not None and incarnation.weights_load_seconds is None:
-            incarnation.weights_load_seconds = seconds
-        if incarnation.shards_total:
-            incarnation.shards_loaded = incarnation.shards_total
+        if seconds is not None and progress.weights_load_seconds is None:
+            figures["weights_load_seconds"] = seconds
+        if progress.weights_shards_total:
+            figures["weights_shards_loaded"] = progress.weights_shards_total
+    if figures:
+        incarnation.progress = replace(progress, **figures)
 
 
 def _shifted(time: datetime | None, seconds: float | None) -> datetime | None:
@@ -387,7 +366,7 @@ def read_progress_bar(
     """
     done, total = parse_int(groups.get("n")), parse_int(groups.get("total"))
     elapsed = parse_interval(groups.get("elapsed"))
-    previous = incarnation.bar
+    previous = incarnation.progress.bar
     new_bar = (
         previous is None
         or previous.phase is not phase
@@ -400,11 +379,14 @@ def read_progress_bar(
     by_tqdm = _shifted(incarnation.bar_origin, elapsed)
     if by_tqdm is not None and (at is None or by_tqdm > at):
         at = by_tqdm
+    changes: dict[str, Any] = {
+        "bar": ProgressBar(phase, at, done, total, parse_interval(groups.get("remaining")))
+    }
     if event is Event.WEIGHTS_PROGRESS and done is not None and total:
         if new_bar:
-            incarnation.weights_progress_first_at = at
-            incarnation.weights_progress_first_loaded = done
-            incarnation.weights_progress_at = at
+            changes["weights_progress_first_at"] = at
+            changes["weights_progress_first_loaded"] = done
+            changes["weights_progress_at"] = at
         elif previous is not None and done > (previous.done or 0):
-            incarnation.weights_progress_at = at
-    incarnation.bar = ProgressBar(phase, at, done, total, parse_interval(groups.get("remaining")))
+            changes["weights_progress_at"] = at
+    incarnation.progress = replace(incarnation.progress, **changes)

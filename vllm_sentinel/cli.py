@@ -77,17 +77,26 @@ async def _until_signal(main: Coroutine[object, object, None]) -> None:
         await task  # re-raises what ``main`` raised (a port in use: OSError)
 
 
+def _fail(message: str, *, status: int = 2) -> NoReturn:
+    """Exit with ``status`` after one line on stderr: ``vllm-sentinel: MESSAGE``."""
+    click.echo(f"vllm-sentinel: {message}", err=True)
+    sys.exit(status)
+
+
+def _os_reason(error: OSError) -> str:
+    """``No such file or directory`` → ``no such file or directory`` (the message without
+    errno and path)."""
+    return (error.strerror or str(error)).lower()
+
+
 def _check_input_path(path: str) -> None:
     """Exit 2 with one line when ``path`` does not exist or is a directory."""
     try:
         mode = os.stat(path).st_mode
     except OSError as error:
-        reason = (error.strerror or str(error)).lower()
-        click.echo(f"vllm-sentinel: cannot read {path}: {reason}", err=True)
-        sys.exit(2)
+        _fail(f"cannot read {path}: {_os_reason(error)}")
     if stat.S_ISDIR(mode):
-        click.echo(f"vllm-sentinel: cannot read {path}: is a directory", err=True)
-        sys.exit(2)
+        _fail(f"cannot read {path}: is a directory")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -150,8 +159,7 @@ def replay_command(
             reference_year=datetime.now(UTC).year,
         )
     except InputError as error:
-        click.echo(f"vllm-sentinel: {error}", err=True)
-        sys.exit(2)
+        _fail(str(error))
     if output == "json":
         import orjson
 
@@ -199,8 +207,7 @@ def _setup_logging(log_format: str, log_level: str) -> None:
     try:
         configure_logging(log_format, log_level)  # type: ignore[arg-type]
     except ConfigError as error:
-        click.echo(f"vllm-sentinel: {error}", err=True)
-        sys.exit(2)
+        _fail(str(error))
 
 
 @cli.command("run")
@@ -244,8 +251,7 @@ def run_command(
     try:
         config = load_config(config_path) if config_path else default_config()
     except ConfigError as error:
-        click.echo(f"vllm-sentinel: invalid config: {error}", err=True)
-        sys.exit(2)
+        _fail(f"invalid config: {error}")
 
     daemon = Daemon(config, config_path, listen=listen)
     for warning in daemon.config.warnings:  # with --listen in place
@@ -254,11 +260,9 @@ def run_command(
         status = asyncio.run(daemon.run())
     except OSError as error:
         where = listen or config.exporter.listen
-        click.echo(f"vllm-sentinel: cannot serve on {where}: {error}", err=True)
-        sys.exit(1)
+        _fail(f"cannot serve on {where}: {error}", status=1)
     except (ConfigError, StateDirectoryError) as error:
-        click.echo(f"vllm-sentinel: {error}", err=True)
-        sys.exit(2)
+        _fail(str(error))
     sys.exit(status)
 
 
@@ -274,8 +278,7 @@ def check_config_command(path: str) -> None:
         for line in check_config(path):
             click.echo(line)
     except ConfigError as error:
-        click.echo(f"vllm-sentinel: {error}", err=True)
-        sys.exit(2)
+        _fail(str(error))
 
 
 @cli.command("init-config")
@@ -381,17 +384,14 @@ def init_config_command(
             now=now,
         )
     except init_config.InitConfigError as error:
-        click.echo(f"vllm-sentinel: init-config: {error}", err=True)
-        sys.exit(2)
+        _fail(f"init-config: {error}")
     if output is None:
         click.echo(text, nl=False)
         return
     try:
         _write_private(output, text)
     except OSError as error:
-        reason = (error.strerror or str(error)).lower()
-        click.echo(f"vllm-sentinel: init-config: cannot write {output}: {reason}", err=True)
-        sys.exit(2)
+        _fail(f"init-config: cannot write {output}: {_os_reason(error)}")
     click.echo(f"wrote {output}; check it with: vllm-sentinel check-config {output}", err=True)
 
 
@@ -444,8 +444,7 @@ def demo_command(listen: str, speed: float, duration: float | None, log_level: s
     except KeyboardInterrupt:  # before the handlers were in place
         pass
     except OSError as error:
-        click.echo(f"vllm-sentinel: cannot serve on {listen}: {error}", err=True)
-        sys.exit(1)
+        _fail(f"cannot serve on {listen}: {error}", status=1)
 
 
 def _check_listen_option(listen: str) -> tuple[str, int]:
@@ -455,8 +454,7 @@ def _check_listen_option(listen: str) -> tuple[str, int]:
     try:
         return parse_listen_address(listen)
     except ValueError as error:
-        click.echo(f"vllm-sentinel: --listen: {error}", err=True)
-        sys.exit(2)
+        _fail(f"--listen: {error}")
 
 
 PASSWORD_ENV = "VLLM_SENTINEL_PASSWORD"  # noqa: S105  (a variable's name, not a password)
@@ -466,8 +464,7 @@ _STATUS_TIMEOUT_SECONDS = 10.0
 
 
 def _status_failed(url: str, reason: str) -> NoReturn:
-    click.echo(f"vllm-sentinel: cannot read {url}/status: {reason}", err=True)
-    sys.exit(2)
+    _fail(f"cannot read {url}/status: {reason}")
 
 
 def _connection_reason(error: object, *, cacert: str | None) -> str:

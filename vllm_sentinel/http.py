@@ -11,17 +11,9 @@ Everything but ``/healthz`` sits behind basic auth when users are configured. HT
 a Content-Security-Policy that allows only the daemon's own script and style: log text on the
 page is escaped, and could not run anyway.
 
-TLS and basic auth come from a Prometheus exporter-toolkit *web config* file::
-
-    tls_server_config:
-      cert_file: server.crt        # relative paths are relative to the web config file
-      key_file: server.key
-      min_version: TLS12           # TLS12 (default) or TLS13
-    basic_auth_users:
-      prometheus: $2y$10$...       # bcrypt hash (htpasswd -nbB user password)
-
-Keys this server does not implement (client certificates, cipher suites, extra headers) are
-rejected rather than ignored, so a config never silently means less than it says.
+TLS and basic auth come from a Prometheus exporter-toolkit *web config* file, read by
+``web_config.load_exporter_security`` (its format and what is refused are described there; the
+daemon runs it before it serves, ``check-config`` runs the same function; re-exported here).
 
 The server runs ``serve_forever`` in a daemon thread and one daemon thread per connection; the
 TLS handshake happens on the connection's thread, so a slow client cannot block ``accept``.
@@ -30,9 +22,6 @@ user, for ``cache_seconds``, so bcrypt stays off the hot path of a 15 s scrape. 
 are logged (``http_auth_failed``: client address, user name, path; never the password), at
 most once a minute with how many there were. Responses name the server
 ``vllm-sentinel/<version>`` (``Server:``), never the Python version.
-
-``load_exporter_security`` reads the ``[exporter]`` TLS and web config settings into what the
-server needs: the daemon runs it before it serves, ``check-config`` runs the same function.
 """
 
 from __future__ import annotations

@@ -164,6 +164,19 @@ def _tooltip_all() -> common_builders.VizTooltipOptions:
     )
 
 
+def _dashed(*, fill: bool = True) -> list[model.DynamicConfigValue]:
+    """Overrides that draw a query's series dashed (a reference line: usual, total), unfilled
+    unless ``fill``."""
+    values = [
+        model.DynamicConfigValue(
+            id_val="custom.lineStyle", value={"fill": "dash", "dash": [10, 10]}
+        )
+    ]
+    if not fill:
+        values.append(model.DynamicConfigValue(id_val="custom.fillOpacity", value=0))
+    return values
+
+
 def _unit_column(
     name: str, unit: str
 ) -> tuple[model.MatcherConfig, list[model.DynamicConfigValue]]:
@@ -468,12 +481,7 @@ def _readiness_panels(ids: _Ids) -> list[Any]:
         )
         .override_by_query(
             "C",
-            [
-                model.DynamicConfigValue(
-                    id_val="custom.lineStyle", value={"fill": "dash", "dash": [10, 10]}
-                ),
-                model.DynamicConfigValue(id_val="custom.fillOpacity", value=0),
-            ],
+            _dashed(fill=False),
         )
         .unit("s")
         .min(0)
@@ -517,12 +525,7 @@ def _gpu_row(ids: _Ids, builder: dashboard.Dashboard) -> dashboard.Dashboard:
         )
         .override_by_query(
             "B",
-            [
-                model.DynamicConfigValue(
-                    id_val="custom.lineStyle", value={"fill": "dash", "dash": [10, 10]}
-                ),
-                model.DynamicConfigValue(id_val="custom.fillOpacity", value=0),
-            ],
+            _dashed(fill=False),
         )
         .unit("bytes")
         .min(0)
@@ -974,11 +977,7 @@ def _health_row(ids: _Ids, builder: dashboard.Dashboard) -> dashboard.Dashboard:
         )
         .override_by_query(
             "B",
-            [
-                model.DynamicConfigValue(
-                    id_val="custom.lineStyle", value={"fill": "dash", "dash": [10, 10]}
-                )
-            ],
+            _dashed(),
         )
         .unit("cps")
         .min(0)
@@ -1051,17 +1050,19 @@ def _health_row(ids: _Ids, builder: dashboard.Dashboard) -> dashboard.Dashboard:
 # ---------------------------------------------------------------------------------------------
 
 
-def _variables(builder: dashboard.Dashboard) -> dashboard.Dashboard:
-    datasource = dashboard.DatasourceVariable("datasource").label("Data source").type("prometheus")
-    host = (
-        dashboard.QueryVariable("host")
-        .label("Host")
-        .description("Hosts watched by vllm-sentinel.")
+def _label_variable(
+    name: str, label: str, description: str, series: str
+) -> dashboard.QueryVariable:
+    """A multi-value variable over the values of label ``name`` on ``series`` (All: ``.+``)."""
+    return (
+        dashboard.QueryVariable(name)
+        .label(label)
+        .description(description)
         .datasource(DATASOURCE)
         .query(
             {
                 "qryType": 1,
-                "query": "label_values(vllm_sentinel_unit_state_known, host)",
+                "query": f"label_values({series}, {name})",
                 "refId": "PrometheusVariableQueryEditor-VariableQuery",
             }
         )
@@ -1072,24 +1073,18 @@ def _variables(builder: dashboard.Dashboard) -> dashboard.Dashboard:
         .all_value(".+")
         .current(model.VariableOption(selected=True, text="All", value="$__all"))
     )
-    unit = (
-        dashboard.QueryVariable("unit")
-        .label("Unit")
-        .description("vLLM systemd units on the selected hosts.")
-        .datasource(DATASOURCE)
-        .query(
-            {
-                "qryType": 1,
-                "query": 'label_values(vllm_sentinel_unit_state_known{host=~"$host"}, unit)',
-                "refId": "PrometheusVariableQueryEditor-VariableQuery",
-            }
-        )
-        .refresh(model.VariableRefresh.ON_TIME_RANGE_CHANGED)
-        .sort(model.VariableSort.ALPHABETICAL_ASC)
-        .multi(True)
-        .include_all(True)
-        .all_value(".+")
-        .current(model.VariableOption(selected=True, text="All", value="$__all"))
+
+
+def _variables(builder: dashboard.Dashboard) -> dashboard.Dashboard:
+    datasource = dashboard.DatasourceVariable("datasource").label("Data source").type("prometheus")
+    host = _label_variable(
+        "host", "Host", "Hosts watched by vllm-sentinel.", "vllm_sentinel_unit_state_known"
+    )
+    unit = _label_variable(
+        "unit",
+        "Unit",
+        "vLLM systemd units on the selected hosts.",
+        'vllm_sentinel_unit_state_known{host=~"$host"}',
     )
     runbook = (
         dashboard.ConstantVariable("runbook_url")

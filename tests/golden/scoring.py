@@ -12,7 +12,8 @@ measures generalisation). A *labelled log* is ``NNN-slug.log`` with ``NNN-slug.e
   equal to / starting with the expected text;
 - ``vllm_version``, ``tensor_parallel_size``: the current incarnation's.
 
-Each log is replayed alone, as the golden tests do (``replay([[bytes]], reference_year=2026)``).
+Each log is replayed alone, as the golden tests do (``replay_file``: ``replay([[bytes]],
+reference_year=2026)``).
 A log on which the engine raises, or that yields no unit or several units, gets every one of its
 labels counted wrong (``got`` says why): the file is one unit of one host.
 
@@ -34,12 +35,16 @@ from vllm_sentinel.snapshot import CrashInfo, UnitSnapshot
 __all__ = [
     "BAR",
     "KEYS",
+    "REFERENCE_YEAR",
     "SETS",
     "LogScore",
     "Miss",
     "Score",
+    "exception_line",
     "format_report",
+    "last_crash",
     "matches",
+    "replay_file",
     "score_directory",
     "score_log",
 ]
@@ -128,21 +133,28 @@ class Score:
         return {key: (totals[key] - wrong[key], totals[key]) for key in KEYS if totals[key]}
 
 
-def _last_crash(unit: UnitSnapshot) -> CrashInfo | None:
+def replay_file(path: Path) -> tuple[UnitSnapshot, ...]:
+    """Replay one log file alone, as the golden tests and the scorer do."""
+    return replay([[path.read_bytes()]], reference_year=REFERENCE_YEAR).units
+
+
+def last_crash(unit: UnitSnapshot) -> CrashInfo | None:
+    """The crash of the unit's latest incarnation that crashed (``None``: none did)."""
     for incarnation in reversed(unit.incarnations):
         if incarnation.crash is not None:
             return incarnation.crash
     return None
 
 
-def _exception_line(crash: CrashInfo) -> str:
+def exception_line(crash: CrashInfo) -> str:
+    """The root cause as labelled: ``Class: message``, or the message without a class."""
     return f"{crash.exception}: {crash.message}" if crash.exception else crash.message
 
 
 def _actual(unit: UnitSnapshot, key: str) -> Any:
     """What the engine says for one ``expect`` key (``None`` where it has nothing)."""
     current = unit.current
-    crash = _last_crash(unit)
+    crash = last_crash(unit)
     if key == "furthest_phase":
         phases = [item.furthest_phase for item in unit.incarnations]
         return max(phases, key=PHASE_ORDER.index).value if phases else None
@@ -151,7 +163,7 @@ def _actual(unit: UnitSnapshot, key: str) -> Any:
     if key == "crash_cause":
         return crash.cause.value if crash is not None else None
     if key in ("root_cause_exception", "root_cause_exception_prefix"):
-        return _exception_line(crash) if crash is not None else None
+        return exception_line(crash) if crash is not None else None
     if key == "vllm_version":
         return current.vllm_version if current is not None else None
     if key == "tensor_parallel_size":
@@ -183,7 +195,7 @@ def score_log(log: Path) -> LogScore:
     keys = tuple(key for key in KEYS if key in expect)
     result = LogScore(file=log.name, keys=keys)
     try:
-        units = replay([[log.read_bytes()]], reference_year=REFERENCE_YEAR).units
+        units = replay_file(log)
     except Exception as error:  # the set's point is to find these
         result.error = f"{type(error).__name__}: {error}"
         result.misses = [Miss(log.name, key, expect[key], f"raised {result.error}") for key in keys]

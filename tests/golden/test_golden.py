@@ -9,29 +9,15 @@ from typing import Any
 
 import pytest
 
+from tests.golden.scoring import REFERENCE_YEAR, exception_line, last_crash, replay_file
 from vllm_sentinel.phases import Phase
 from vllm_sentinel.replay import replay
 from vllm_sentinel.report import to_json
-from vllm_sentinel.snapshot import CrashInfo, UnitSnapshot
+from vllm_sentinel.snapshot import UnitSnapshot
 
 HERE = Path(__file__).parent
 LOGS = sorted((HERE / "logs").glob("*.log"))
 ORDER = list(Phase)
-
-
-def _replay_file(path: Path) -> tuple[UnitSnapshot, ...]:
-    return replay([[path.read_bytes()]], reference_year=2026).units
-
-
-def _last_crash(unit: UnitSnapshot) -> CrashInfo | None:
-    for incarnation in reversed(unit.incarnations):
-        if incarnation.crash is not None:
-            return incarnation.crash
-    return None
-
-
-def _exception_line(crash: CrashInfo) -> str:
-    return f"{crash.exception}: {crash.message}" if crash.exception else crash.message
 
 
 def check_golden(golden: Path, text: str, *, update: bool) -> None:
@@ -86,9 +72,9 @@ class TestCorpus:
         expected: dict[str, Any] = json.loads(log.with_suffix(".expected.json").read_text())[
             "expect"
         ]
-        (unit,) = _replay_file(log)
+        (unit,) = replay_file(log)
         furthest = max((item.furthest_phase for item in unit.incarnations), key=ORDER.index)
-        crash = _last_crash(unit)
+        crash = last_crash(unit)
         current = unit.current
         assert current is not None
         if "furthest_phase" in expected:
@@ -103,10 +89,10 @@ class TestCorpus:
                 assert crash.cause.value == expected["crash_cause"]
         if "root_cause_exception" in expected:
             assert crash is not None
-            assert _exception_line(crash) == expected["root_cause_exception"]
+            assert exception_line(crash) == expected["root_cause_exception"]
         if "root_cause_exception_prefix" in expected:
             assert crash is not None
-            assert _exception_line(crash).startswith(expected["root_cause_exception_prefix"])
+            assert exception_line(crash).startswith(expected["root_cause_exception_prefix"])
         if "vllm_version" in expected:
             assert current.vllm_version == expected["vllm_version"]
         if "tensor_parallel_size" in expected:
@@ -116,7 +102,7 @@ class TestCorpus:
 
     def test_full_replay_document(self, log: Path, update_golden: bool) -> None:
         """The whole replay JSON equals the reviewed golden file (``--update-golden`` rewrites)."""
-        document = to_json(_replay_file(log))
+        document = to_json(replay_file(log))
         text = json.dumps(document, indent=2, ensure_ascii=False, sort_keys=True) + "\n"
         check_golden(log.with_suffix(".replay.json"), text, update=update_golden)
 
@@ -129,7 +115,7 @@ def _journal_units(path: Path, until: datetime | None) -> tuple[UnitSnapshot, ..
     if until is not None:
         cutoff = int(until.timestamp() * 1_000_000)
         lines = [line for line in lines if int(json.loads(line)["__REALTIME_TIMESTAMP"]) <= cutoff]
-    return replay([[b"".join(lines)]], reference_year=2026).units
+    return replay([[b"".join(lines)]], reference_year=REFERENCE_YEAR).units
 
 
 @pytest.mark.parametrize("journal", JOURNALS, ids=[path.stem for path in JOURNALS])

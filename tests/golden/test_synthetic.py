@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from vllm_sentinel.replay import replay
+from tests.golden.scoring import replay_file
 from vllm_sentinel.snapshot import IncarnationSnapshot, UnitSnapshot
 
 HERE = Path(__file__).parent / "synthetic"
@@ -23,7 +23,7 @@ CASES = sorted(path for path in HERE.iterdir() if path.suffix in (".log", ".json
 
 
 def _unit(path: Path) -> UnitSnapshot:
-    (unit,) = replay([[path.read_bytes()]], reference_year=2026).units
+    (unit,) = replay_file(path)
     return unit
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 import orjson
@@ -22,10 +22,13 @@ from tests.support.daemon import (
 from tests.support.journal_writer import (
     MESSAGE_ID_STARTED,
     JournalWriter,
+    LogClock,
     manager_line,
+    other_unit_line,
     read_journal,
     service_line,
-    to_realtime_us,
+    unit_failed,
+    unit_started,
 )
 from vllm_sentinel.config import load_config
 from vllm_sentinel.cursors import CursorStore
@@ -45,27 +48,14 @@ def _tp7(text: str) -> str:
     return f"\x1b[1;36m(Worker_TP7 pid=221350)\x1b[0;0m ERROR 11-29 10:00:40 [multiproc_executor.py:783] {text}"
 
 
-class Clock:
-    """Log times from ``base`` (default: 30 s ago, so live crashes settle by log time only)."""
-
-    def __init__(self, ago: timedelta = timedelta(seconds=30)) -> None:
-        self.base = datetime.now(UTC) - ago
-
-    def us(self, seconds: float) -> int:
-        return to_realtime_us(self.base + timedelta(seconds=seconds))
-
-
 async def test_flashinfer_incident_step_by_step(
     journal_writer: JournalWriter, tmp_path: Path
 ) -> None:
     """Crash, restart, late lines of the dead incarnation, benign ERROR, load: /metrics at each step."""
-    clock = Clock()
-    write = journal_writer.write_and_flush
-    write(
+    clock = LogClock(timedelta(seconds=30))  # live crashes settle by log time only
+    journal_writer.write_readable(
         [
-            manager_line(
-                UNIT, A, f"Started {UNIT} - vLLM Kimi K2.5.", MESSAGE_ID_STARTED, clock.us(0)
-            ),
+            unit_started(UNIT, A, clock.us(0), "vLLM Kimi K2.5"),
             service_line(
                 UNIT,
                 A,
@@ -75,7 +65,7 @@ async def test_flashinfer_incident_step_by_step(
             ),
         ]
     )
-    journal_writer.wait_until_readable(2)
+    write = journal_writer.write_and_flush
     config = local_config(journal_writer.path.parent, tmp_path / "state")
     async with running_daemon(config) as daemon:
         samples = await daemon.wait_for(
@@ -92,31 +82,12 @@ async def test_flashinfer_incident_step_by_step(
                 for text in ("WorkerProc failed to start.", "Traceback (most recent call last):")
             ]
         )
-        write(
-            [
-                manager_line(
-                    UNIT,
-                    A,
-                    f"{UNIT}: Main process exited, code=exited, status=1/FAILURE",
-                    None,
-                    clock.us(80),
-                ),
-                manager_line(
-                    UNIT, A, f"{UNIT}: Failed with result 'exit-code'.", None, clock.us(80)
-                ),
-            ]
-        )
+        write(unit_failed(UNIT, A, clock.us(80)))
         samples = await daemon.wait_for(
             lambda s: current_phase(s, UNIT) == "crashed", what="crashed"
         )
 
-        write(
-            [
-                manager_line(
-                    UNIT, B, f"Started {UNIT} - vLLM Kimi K2.5.", MESSAGE_ID_STARTED, clock.us(91)
-                )
-            ]
-        )
+        write([unit_started(UNIT, B, clock.us(91), "vLLM Kimi K2.5")])
         # late delivery: the dead incarnation's last traceback lines arrive after the restart
         write(
             [
@@ -229,11 +200,8 @@ async def test_restart_does_not_count_a_reported_crash_again(
     known, and the counters go on from what the first run saved, neither the crash nor its
     start counted again (a reset would make Prometheus count them again, and fire
     VllmCrashed for an old crash)."""
-    clock = Clock(timedelta(0))  # records written now: after the first run started
-    journal_writer.write_and_flush(
-        [service_line("sshd.service", "9" * 32, 77, "Accepted publickey", clock.us(-60))]
-    )
-    journal_writer.wait_until_readable(1)
+    clock = LogClock()  # records written now: after the first run started
+    journal_writer.write_readable([other_unit_line(clock.us(-60))])
     config = local_config(journal_writer.path.parent, tmp_path / "state", units=f'["{UNIT}"]')
     async with running_daemon(config) as daemon:
         await daemon.wait_for(
@@ -241,7 +209,7 @@ async def test_restart_does_not_count_a_reported_crash_again(
         )
         journal_writer.write_and_flush(
             [
-                manager_line(UNIT, A, f"Started {UNIT}.", MESSAGE_ID_STARTED, clock.us(1)),
+                unit_started(UNIT, A, clock.us(1)),
                 service_line(
                     UNIT,
                     A,
@@ -257,7 +225,7 @@ async def test_restart_does_not_count_a_reported_crash_again(
                     clock.us(3),
                 ),
                 # the restart, a minute of log time later: A's crash settles by log time
-                manager_line(UNIT, B, f"Started {UNIT}.", MESSAGE_ID_STARTED, clock.us(63)),
+                unit_started(UNIT, B, clock.us(63)),
             ]
         )
         samples = await daemon.wait_for(
@@ -298,10 +266,8 @@ async def test_restart_resumes_from_cursor(
     A was still running when the first run saved, so the backfill reads again from A's start
     (the oldest incarnation still open): A is rebuilt whole, its crash cause included.
     """
-    clock = Clock(timedelta(minutes=15))
-    write = journal_writer.write_and_flush
-    write([manager_line(UNIT, A, f"Started {UNIT}.", MESSAGE_ID_STARTED, clock.us(0))])
-    journal_writer.wait_until_readable(1)
+    clock = LogClock(timedelta(minutes=15))
+    journal_writer.write_readable([unit_started(UNIT, A, clock.us(0))])
     config = local_config(
         journal_writer.path.parent,
         tmp_path / "state",
@@ -313,7 +279,7 @@ async def test_restart_resumes_from_cursor(
     assert cursor_file.exists()
     stored = CursorStore(tmp_path / "state").load("llm-two")
     # while the daemon is down: a crash and a restart
-    write(
+    readable = journal_writer.write_readable(
         [
             service_line(
                 UNIT,
@@ -350,10 +316,10 @@ async def test_restart_resumes_from_cursor(
                 None,
                 clock.us(21),
             ),
-            manager_line(UNIT, B, f"Started {UNIT}.", MESSAGE_ID_STARTED, clock.us(30)),
+            unit_started(UNIT, B, clock.us(30)),
         ]
     )
-    last = orjson.loads(journal_writer.wait_until_readable(7)[-1])["__CURSOR"]
+    last = orjson.loads(readable[-1])["__CURSOR"]
     with capture_logs() as logs:
         async with running_daemon(config) as daemon:
             samples = await daemon.wait_for(
@@ -395,11 +361,8 @@ async def test_unit_matching_a_glob_later_is_followed(
     journal_writer: JournalWriter, tmp_path: Path
 ) -> None:
     """A glob that matches no unit yet keeps the collector up; the unit is followed once it logs."""
-    clock = Clock(timedelta(0))  # written now: after the daemon started, so counted
-    journal_writer.write_and_flush(
-        [service_line("sshd.service", "9" * 32, 77, "Accepted publickey", clock.us(0))]
-    )
-    journal_writer.wait_until_readable(1)
+    clock = LogClock()  # written now: after the daemon started, so counted
+    journal_writer.write_readable([other_unit_line(clock.us(0))])
     config = local_config(
         journal_writer.path.parent,
         tmp_path / "state",
@@ -412,7 +375,7 @@ async def test_unit_matching_a_glob_later_is_followed(
         assert current_phase(samples, UNIT) is None
         journal_writer.write_and_flush(
             [
-                manager_line(UNIT, A, f"Started {UNIT}.", MESSAGE_ID_STARTED, clock.us(5)),
+                unit_started(UNIT, A, clock.us(5)),
                 service_line(
                     UNIT,
                     A,
@@ -452,11 +415,11 @@ async def test_a_unit_quiet_for_longer_than_the_window_keeps_its_state(
     """An idle server that started 30 h ago (outside the 24 h window) and logged nothing since
     is backfilled from its latest ``Started``: ready at the first scrape, not absent."""
     idle = "vllm-idle.service"
-    clock = Clock(timedelta(hours=30))
-    recent = Clock(timedelta(minutes=5))
-    journal_writer.write_and_flush(
+    clock = LogClock(timedelta(hours=30))
+    recent = LogClock(timedelta(minutes=5))
+    journal_writer.write_readable(
         [
-            manager_line(idle, "c" * 32, f"Started {idle}.", MESSAGE_ID_STARTED, clock.us(0)),
+            unit_started(idle, "c" * 32, clock.us(0)),
             service_line(
                 idle,
                 "c" * 32,
@@ -472,10 +435,9 @@ async def test_a_unit_quiet_for_longer_than_the_window_keeps_its_state(
                 "(APIServer pid=100) INFO:     Application startup complete.",
                 clock.us(60),
             ),
-            manager_line(UNIT, A, f"Started {UNIT}.", MESSAGE_ID_STARTED, recent.us(0)),
+            unit_started(UNIT, A, recent.us(0)),
         ]
     )
-    journal_writer.wait_until_readable(4)
     config = local_config(journal_writer.path.parent, tmp_path / "state")
     with capture_logs() as logs:
         async with running_daemon(config) as daemon:
@@ -498,14 +460,14 @@ async def test_a_backfill_cut_short_keeps_history_uncounted(
 ) -> None:
     """More history than ``backfill_max_records`` before the stored cursor: the rest arrives in
     the follow stream, and is still history (not counted as if it happened now)."""
-    clock = Clock(timedelta(hours=2))
+    clock = LogClock(timedelta(hours=2))
     access = '(APIServer pid=7) INFO:     10.0.0.1:1 - "POST /v1/completions HTTP/1.1" 200 OK'
     exited = f"{UNIT}: Main process exited, code=exited, status=1/FAILURE"
     written = [
-        manager_line(UNIT, A, f"Started {UNIT}.", MESSAGE_ID_STARTED, clock.us(0)),
+        unit_started(UNIT, A, clock.us(0)),
         *(service_line(UNIT, A, 7, access, clock.us(1 + i / 100)) for i in range(50)),
         manager_line(UNIT, A, exited, None, clock.us(100)),
-        manager_line(UNIT, B, f"Started {UNIT}.", MESSAGE_ID_STARTED, clock.us(110)),
+        unit_started(UNIT, B, clock.us(110)),
         service_line(
             UNIT,
             B,
@@ -514,8 +476,7 @@ async def test_a_backfill_cut_short_keeps_history_uncounted(
             clock.us(120),
         ),
     ]
-    journal_writer.write_and_flush(written)
-    last = orjson.loads(journal_writer.wait_until_readable(len(written))[-1])["__CURSOR"]
+    last = orjson.loads(journal_writer.write_readable(written)[-1])["__CURSOR"]
     state = tmp_path / "state"
     state.mkdir()
     (state / "llm-two.cursor").write_text(last + "\n")  # the last run reported all of it
@@ -540,11 +501,8 @@ async def test_a_reload_keeps_what_counts_as_history(
 ) -> None:
     """A host whose journal directory was wrong at start and is fixed by a reload: what was
     written after the daemon started is counted (the reload does not move the boundary)."""
-    clock = Clock(timedelta(0))
-    journal_writer.write_and_flush(
-        [service_line("sshd.service", "9" * 32, 77, "Accepted publickey", clock.us(-60))]
-    )
-    journal_writer.wait_until_readable(1)
+    clock = LogClock()
+    journal_writer.write_readable([other_unit_line(clock.us(-60))])
     path = tmp_path / "sentinel.toml"
     state = tmp_path / "state"
     port = free_port()
@@ -554,9 +512,9 @@ async def test_a_reload_keeps_what_counts_as_history(
 
     write_config(tmp_path / "typo")
     async with running_daemon(load_config(path), path) as daemon:
-        journal_writer.write_and_flush(
+        journal_writer.write_readable(
             [
-                manager_line(UNIT, A, f"Started {UNIT}.", MESSAGE_ID_STARTED, clock.us(0.5)),
+                unit_started(UNIT, A, clock.us(0.5)),
                 manager_line(
                     UNIT,
                     A,
@@ -564,10 +522,9 @@ async def test_a_reload_keeps_what_counts_as_history(
                     None,
                     clock.us(1),
                 ),
-                manager_line(UNIT, B, f"Started {UNIT}.", MESSAGE_ID_STARTED, clock.us(62)),
+                unit_started(UNIT, B, clock.us(62)),
             ]
         )
-        journal_writer.wait_until_readable(4)
         await asyncio.sleep(2.5)  # the reload comes well after A's records were written
         write_config(journal_writer.path.parent)
         assert await daemon.daemon.reload()
@@ -583,17 +540,14 @@ async def test_a_crash_not_yet_counted_at_shutdown_is_counted_after_the_restart(
 ) -> None:
     """The daemon stops seconds after a crash, before it settled (and counted): the cursor
     file carries the crash, and the next run counts it, once."""
-    clock = Clock(timedelta(0))
-    journal_writer.write_and_flush(
-        [service_line("sshd.service", "9" * 32, 77, "Accepted publickey", clock.us(-60))]
-    )
-    journal_writer.wait_until_readable(1)
+    clock = LogClock()
+    journal_writer.write_readable([other_unit_line(clock.us(-60))])
     config = local_config(journal_writer.path.parent, tmp_path / "state", units=f'["{UNIT}"]')
     exited = f"{UNIT}: Main process exited, code=exited, status=1/FAILURE"
     async with running_daemon(config) as daemon:
         journal_writer.write_and_flush(
             [
-                manager_line(UNIT, A, f"Started {UNIT}.", MESSAGE_ID_STARTED, clock.us(1)),
+                unit_started(UNIT, A, clock.us(1)),
                 manager_line(UNIT, A, exited, None, clock.us(2)),
             ]
         )
@@ -606,10 +560,7 @@ async def test_a_crash_not_yet_counted_at_shutdown_is_counted_after_the_restart(
     (carried,) = saved.units[UNIT].carried
     assert (carried.key, saved.units[UNIT].starts) == (A, 1)
     # while the daemon is down, systemd restarts the unit (log time moves past the settling)
-    journal_writer.write_and_flush(
-        [manager_line(UNIT, B, f"Started {UNIT}.", MESSAGE_ID_STARTED, clock.us(45))]
-    )
-    journal_writer.wait_until_readable(4)
+    journal_writer.write_readable([unit_started(UNIT, B, clock.us(45))])
     async with running_daemon(config) as daemon:
         samples = await daemon.wait_for(
             lambda s: value(s, "vllm_sentinel_unit_crashes_total", unit=UNIT, cause="unknown") == 1,
@@ -626,17 +577,14 @@ async def test_a_directory_of_several_machines_is_followed_whole(
     """A journal-remote directory holds the files of several machines, each with its own boot:
     the unit of the machine that did not boot last is followed live too (systemd ≥ 250's
     ``--follow`` would keep to the newest boot without ``--merge``)."""
-    clock = Clock(timedelta(0))
+    clock = LogClock()
     other = "vllm-other.service"
     config = local_config(
         journal_writer.path.parent, tmp_path / "state", units=f'["{UNIT}", "{other}"]'
     )
-    journal_writer.write_and_flush(
-        [manager_line(UNIT, A, f"Started {UNIT}.", MESSAGE_ID_STARTED, clock.us(0))]
-    )
-    journal_writer.wait_until_readable(1)
+    journal_writer.write_readable([unit_started(UNIT, A, clock.us(0))])
     with JournalWriter(journal_writer.path.parent, "newer-boot", binary=journal_remote) as newer:
-        newer.write_and_flush(
+        newer.write_readable(
             [
                 manager_line(
                     other, B, f"Started {other}.", MESSAGE_ID_STARTED, clock.us(1),
@@ -644,7 +592,6 @@ async def test_a_directory_of_several_machines_is_followed_whole(
                 )
             ]
         )  # fmt: skip
-        newer.wait_until_readable(1)
         async with running_daemon(config) as daemon:
             await daemon.wait_for(
                 lambda s: (
@@ -670,13 +617,13 @@ async def test_a_directory_of_several_machines_is_followed_whole(
 
 
 def _late_restart_entries(
-    clock: Clock, gap: float
+    clock: LogClock, gap: float
 ) -> tuple[list[bytes], list[bytes], list[bytes], list[bytes]]:
     """The flashinfer incident with the restart ``gap`` s after the exit (issue 10, class 1):
     (start + load, head of the worker's traceback + exit, B's Started, the traceback's rest
     with the root cause, delivered after B's Started with A's invocation id)."""
     start = [
-        manager_line(UNIT, A, f"Started {UNIT} - vLLM Kimi K2.5.", MESSAGE_ID_STARTED, clock.us(0)),
+        unit_started(UNIT, A, clock.us(0), "vLLM Kimi K2.5"),
         service_line(
             UNIT,
             A,
@@ -693,20 +640,9 @@ def _late_restart_entries(
             '  File "/usr/lib/python3/dist-packages/vllm/v1/executor/multiproc_executor.py", line 783, in worker_main',
         )
     ] + [
-        manager_line(
-            UNIT,
-            A,
-            f"{UNIT}: Main process exited, code=exited, status=1/FAILURE",
-            None,
-            clock.us(80),
-        ),
-        manager_line(UNIT, A, f"{UNIT}: Failed with result 'exit-code'.", None, clock.us(80)),
+        *unit_failed(UNIT, A, clock.us(80)),
     ]
-    restart = [
-        manager_line(
-            UNIT, B, f"Started {UNIT} - vLLM Kimi K2.5.", MESSAGE_ID_STARTED, clock.us(80 + gap)
-        )
-    ]
+    restart = [unit_started(UNIT, B, clock.us(80 + gap), "vLLM Kimi K2.5")]
     rest = [
         service_line(UNIT, A, 221350, _tp7(text), clock.us(80 + gap + 1))
         for text in ("    self.worker.load_model()", f"RuntimeError: {FLASHINFER}")
@@ -719,11 +655,10 @@ async def test_split_traceback_across_a_restart_70_s_later(
 ) -> None:
     """last_crash_info says pending (never a made-up cause) until the late root cause arrives,
     although both log time and the daemon's clock are past the 30 s settle; then the real one."""
-    clock = Clock(ago=timedelta(seconds=160))  # the restart is 10 s ago: ticks are past settle
+    clock = LogClock(ago=timedelta(seconds=160))  # the restart is 10 s ago: ticks are past settle
     start, head, restart, rest = _late_restart_entries(clock, gap=70)
+    journal_writer.write_readable(start)
     write = journal_writer.write_and_flush
-    write(start)
-    journal_writer.wait_until_readable(len(start))
     config = local_config(journal_writer.path.parent, tmp_path / "state")
     async with running_daemon(config) as daemon:
         await daemon.wait_for(lambda s: current_phase(s, UNIT) == "loading_weights", what="load")
@@ -770,10 +705,9 @@ async def test_replay_reads_a_split_traceback_across_a_restart_70_s_later(
     journal_writer: JournalWriter, tmp_path: Path
 ) -> None:
     """``journalctl -o json | vllm-sentinel replay -``: the verdict names the late root cause."""
-    clock = Clock(ago=timedelta(days=1))
+    clock = LogClock(ago=timedelta(days=1))
     entries = [entry for part in _late_restart_entries(clock, gap=70) for entry in part]
-    journal_writer.write_and_flush(entries)
-    journal_writer.wait_until_readable(len(entries))
+    journal_writer.write_readable(entries)
     exported = b"\n".join(read_journal(journal_writer.path)) + b"\n"
     result = await asyncio.create_subprocess_exec(
         sys.executable,

@@ -9,7 +9,10 @@ that the real ``journalctl --file=…`` reads (``/work/shared/TOOLCHAIN.md`` §R
 * ``JournalWriter`` owns one journal-remote child: ``write``/``flush`` append entries while a
   ``journalctl -f`` may be following the file, ``close`` waits for the child;
 * ``service_line`` and ``manager_line`` build the two kinds of entries a systemd service
-  produces: the service's own lines, and systemd's (PID 1) messages about the unit.
+  produces: the service's own lines, and systemd's (PID 1) messages about the unit;
+  ``unit_started``, ``unit_failed`` and ``other_unit_line`` the manager's lines tests write
+  most (a start, a main process that exited 1) and an entry of an unrelated unit;
+* ``LogClock`` gives log times (µs) as seconds from a base time.
 
 Field names are checked against journald's grammar so a typo cannot silently vanish (an
 invalid name makes journal-remote drop the field).
@@ -24,7 +27,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Self
@@ -43,12 +46,16 @@ __all__ = [
     "MESSAGE_ID_STOPPED",
     "MESSAGE_ID_STOPPING",
     "JournalWriter",
+    "LogClock",
     "encode_entry",
     "manager_line",
+    "other_unit_line",
     "parse_lines",
     "read_journal",
     "service_line",
     "to_realtime_us",
+    "unit_failed",
+    "unit_started",
 ]
 
 JOURNAL_REMOTE = "/lib/systemd/systemd-journal-remote"
@@ -197,6 +204,59 @@ def manager_line(
     return entry
 
 
+def unit_started(
+    unit: str, invocation_id: str, realtime_us: int, description: str | None = None
+) -> dict[str, str | bytes | int]:
+    """systemd's ``Started UNIT.`` (``Started UNIT - DESCRIPTION.`` with a description), with
+    its catalog MESSAGE_ID: an incarnation begins."""
+    text = f"Started {unit} - {description}." if description else f"Started {unit}."
+    return manager_line(unit, invocation_id, text, MESSAGE_ID_STARTED, realtime_us)
+
+
+def unit_failed(
+    unit: str, invocation_id: str, realtime_us: int
+) -> list[dict[str, str | bytes | int]]:
+    """systemd's two lines when the main process exits 1: ``Main process exited,
+    code=exited, status=1/FAILURE`` and ``Failed with result 'exit-code'.`` (no MESSAGE_ID)."""
+    return [
+        manager_line(
+            unit,
+            invocation_id,
+            f"{unit}: Main process exited, code=exited, status=1/FAILURE",
+            None,
+            realtime_us,
+        ),
+        manager_line(
+            unit, invocation_id, f"{unit}: Failed with result 'exit-code'.", None, realtime_us
+        ),
+    ]
+
+
+def other_unit_line(realtime_us: int) -> dict[str, str | bytes | int]:
+    """A line of an unrelated unit (sshd's login): a journal's first entry, so that the file
+    exists before a daemon follows it, without any vLLM unit in it."""
+    return service_line("sshd.service", "9" * 32, 77, "Accepted publickey", realtime_us)
+
+
+class LogClock:
+    """Log times from ``base``: now, or ``ago`` before now.
+
+    Attributes:
+        base: the time of second 0 (aware, UTC).
+    """
+
+    def __init__(self, ago: timedelta = timedelta(0)) -> None:
+        self.base = datetime.now(UTC) - ago
+
+    def at(self, seconds: float) -> datetime:
+        """``base`` + ``seconds``."""
+        return self.base + timedelta(seconds=seconds)
+
+    def us(self, seconds: float) -> int:
+        """``base`` + ``seconds`` as journald's ``__REALTIME_TIMESTAMP`` (µs)."""
+        return to_realtime_us(self.base + timedelta(seconds=seconds))
+
+
 def read_journal(
     path: Path | str, *, journalctl: str = "journalctl", all_fields: bool = True
 ) -> list[bytes]:
@@ -263,6 +323,12 @@ class JournalWriter:
         """``write`` then ``flush``."""
         self.write(entries)
         self.flush()
+
+    def write_readable(self, entries: Iterable[Mapping[str, str | bytes | int]]) -> list[bytes]:
+        """``write_and_flush``, then ``wait_until_readable`` for every entry written so far;
+        returns them as ``journalctl -o json`` lines."""
+        self.write_and_flush(entries)
+        return self.wait_until_readable(self.entries_written)
 
     def wait_until_readable(self, n_entries: int, timeout: float = 10.0) -> list[bytes]:
         """Poll ``journalctl`` until at least ``n_entries`` entries are readable; return them.

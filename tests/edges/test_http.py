@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import http.client
 import json
 import re
@@ -12,8 +11,6 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from email.message import Message
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -23,6 +20,7 @@ import pytest
 import yaml
 from structlog.testing import capture_logs
 
+from tests.support.http_client import basic, bcrypt_hash, fetch
 from tests.support.snapshots import basic_snapshot
 from vllm_sentinel import __version__
 from vllm_sentinel import http as sentinel_http
@@ -65,42 +63,6 @@ def serving(
         yield handle
     finally:
         handle.shutdown()
-
-
-@dataclass
-class Reply:
-    status: int
-    headers: Message
-    body: bytes
-
-
-def fetch(
-    url: str,
-    *,
-    context: ssl.SSLContext | None = None,
-    headers: dict[str, str] | None = None,
-    method: str = "GET",
-) -> Reply:
-    """One request without proxies; HTTP errors are returned, not raised."""
-    opener = urllib.request.build_opener(
-        urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=context)
-    )
-    request = urllib.request.Request(url, headers=headers or {}, method=method)
-    try:
-        with opener.open(request, timeout=10) as response:
-            return Reply(response.status, response.headers, response.read())
-    except urllib.error.HTTPError as error:
-        with error:
-            return Reply(error.code, error.headers, error.read())
-
-
-def basic(user: str, password: str) -> dict[str, str]:
-    token = base64.b64encode(f"{user}:{password}".encode()).decode()
-    return {"Authorization": f"Basic {token}"}
-
-
-def bcrypt_hash(password: str) -> str:
-    return bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds=4)).decode()
 
 
 def client_context(cert_file: Path) -> ssl.SSLContext:

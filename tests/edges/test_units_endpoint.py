@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.edges.test_http import PASSWORD, basic, bcrypt_hash, fetch
+from tests.edges.test_http import PASSWORD
+from tests.support.http_client import basic, bcrypt_hash, fetch
 from tests.support.snapshots import at, basic_snapshot, incarnation, unit_snapshot
 from vllm_sentinel.causes import CrashCause
 from vllm_sentinel.exporter import SentinelCollector, make_registry

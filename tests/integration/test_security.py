@@ -10,7 +10,6 @@ each command with ``/bin/sh -c`` as sshd does, and ``TestOpenSsh`` uses a real O
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import io
 import logging
@@ -28,14 +27,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import asyncssh
-import bcrypt
 import orjson
 import pytest
 import structlog
 from structlog.testing import capture_logs
 
 from tests.conftest import require_binary
-from tests.support.daemon import parse_metrics, running_daemon, value
+from tests.support.daemon import free_port, parse_metrics, running_daemon, value
+from tests.support.http_client import basic, bcrypt_hash, fetch
 from tests.support.journal_writer import JournalWriter, service_line, to_realtime_us
 from tests.support.ssh_server import OpenSshServer, SshTestServer
 from vllm_sentinel.config import HostConfig, parse_config
@@ -283,17 +282,18 @@ def _captured_logging() -> Iterator[io.StringIO]:
         structlog.reset_defaults()
 
 
-def _get(url: str, password: str | None) -> tuple[int, bytes]:
-    request = urllib.request.Request(url)
-    if password is not None:
-        token = base64.b64encode(f"prometheus:{password}".encode()).decode()
-        request.add_header("Authorization", f"Basic {token}")
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    try:
-        with opener.open(request, timeout=10) as response:
-            return response.status, response.read()
-    except urllib.error.HTTPError as error:
-        return error.code, error.read()
+def _get(
+    url: str,
+    password: str | None,
+    context: ssl.SSLContext | None = None,
+    user: str = "prometheus",
+) -> tuple[int, bytes]:
+    """GET as ``user`` (over HTTPS verifying with ``context``); HTTP errors are returned, not
+    raised."""
+    reply = fetch(
+        url, context=context, headers=basic(user, password) if password is not None else None
+    )
+    return reply.status, reply.body
 
 
 @pytest.mark.integration
@@ -306,15 +306,14 @@ class TestSecrets:
     ) -> None:
         """A daemon using an encrypted key over SSH and basic auth: secrets appear nowhere."""
         at = to_realtime_us(datetime.now(UTC))
-        journal_writer.write_and_flush([service_line(UNIT, "1" * 32, 4242, "hello", at)])
-        journal_writer.wait_until_readable(1)
+        journal_writer.write_readable([service_line(UNIT, "1" * 32, 4242, "hello", at)])
         journal = journal_writer.path.parent
         web = tmp_path / "web.yml"
-        hashed = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(rounds=4)).decode()
+        hashed = bcrypt_hash(PASSWORD)
         web.write_text(f"basic_auth_users:\n  prometheus: '{hashed}'\n")
         async with SshTestServer(tmp_path / "ssh", shell=True) as server:
             key = _encrypted_key(server.client_key_path, tmp_path / "id_enc", PASSPHRASE)
-            port = _free_port()
+            port = free_port()
             config = parse_config(
                 f"""
 [exporter]
@@ -387,31 +386,6 @@ async def _wait_for_metrics(url: str, up_host: str, down_host: str) -> str:
     raise AssertionError(f"collectors never settled: {reasons}")
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def _get_https(
-    url: str, context: ssl.SSLContext, password: str | None, user: str = "prometheus"
-) -> tuple[int, bytes]:
-    """GET over HTTPS verifying with ``context``; HTTP errors are returned, not raised."""
-    request = urllib.request.Request(url)
-    if password is not None:
-        token = base64.b64encode(f"{user}:{password}".encode()).decode()
-        request.add_header("Authorization", f"Basic {token}")
-    opener = urllib.request.build_opener(
-        urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=context)
-    )
-    try:
-        with opener.open(request, timeout=10) as response:
-            return response.status, response.read()
-    except urllib.error.HTTPError as error:
-        with error:
-            return error.code, error.read()
-
-
 def _status_cli(url: str, *args: str, password: str | None) -> subprocess.CompletedProcess[str]:
     """``vllm-sentinel status --url URL ARGS…`` with the password in the environment only."""
     env = {k: v for k, v in os.environ.items() if k != "VLLM_SENTINEL_PASSWORD"}
@@ -438,16 +412,15 @@ class TestTlsAndBasicAuth:
         """/metrics: 401 without or with wrong credentials, 200 with them, over verified TLS;
         plain HTTP gets no answer; ``status --cacert --user`` prints the unit."""
         at = to_realtime_us(datetime.now(UTC))
-        journal_writer.write_and_flush([service_line(UNIT, "1" * 32, 4242, "hello", at)])
-        journal_writer.wait_until_readable(1)
+        journal_writer.write_readable([service_line(UNIT, "1" * 32, 4242, "hello", at)])
         cert_file, key_file = tls_files
-        hashed = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(rounds=4)).decode()
+        hashed = bcrypt_hash(PASSWORD)
         web = tmp_path / "web.yml"
         web.write_text(  # relative file names: relative to the web config
             f"tls_server_config:\n  cert_file: {cert_file.name}\n  key_file: {key_file.name}\n"
             f"basic_auth_users:\n  prometheus: '{hashed}'\n"
         )
-        port = _free_port()
+        port = free_port()
         config = parse_config(f"""
 [exporter]
 listen = "127.0.0.1:{port}"
@@ -464,16 +437,14 @@ gpu = "none"
         url = f"https://127.0.0.1:{port}"
         trusted = ssl.create_default_context(cafile=str(cert_file))
         async with running_daemon(config):
-            assert (await asyncio.to_thread(_get_https, url + "/metrics", trusted, None))[0] == 401
-            wrong = await asyncio.to_thread(_get_https, url + "/metrics", trusted, "wrong")
+            assert (await asyncio.to_thread(_get, url + "/metrics", None, trusted))[0] == 401
+            wrong = await asyncio.to_thread(_get, url + "/metrics", "wrong", trusted)
             assert wrong[0] == 401
             deadline = time.monotonic() + 30
             journal_up = None
             while journal_up != 1 and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)  # poll interval, bounded by the deadline
-                code, body = await asyncio.to_thread(
-                    _get_https, url + "/metrics", trusted, PASSWORD
-                )
+                code, body = await asyncio.to_thread(_get, url + "/metrics", PASSWORD, trusted)
                 assert code == 200
                 samples = parse_metrics(body.decode())
                 journal_up = value(

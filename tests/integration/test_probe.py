@@ -17,17 +17,25 @@ from typing import Any
 import pytest
 
 from tests.conftest import require_binary
-from tests.support.daemon import RunningDaemon, current_phase, free_port, running_daemon, value
+from tests.support.daemon import (
+    RunningDaemon,
+    current_phase,
+    free_port,
+    local_config,
+    running_daemon,
+    value,
+)
 from tests.support.fake_vllm import FakeVllmServer
+from tests.support.http_client import fetch
 from tests.support.journal_writer import (
-    MESSAGE_ID_STARTED,
     JournalWriter,
-    manager_line,
+    LogClock,
     service_line,
-    to_realtime_us,
+    unit_failed,
+    unit_started,
 )
 from tests.support.ssh_server import OpenSshServer
-from vllm_sentinel.config import parse_config
+from vllm_sentinel.config import Config, parse_config
 from vllm_sentinel.health import ProbeOutcome, probe_target
 from vllm_sentinel.probe import probe_once
 from vllm_sentinel.transport import SshTransport
@@ -38,6 +46,7 @@ UNIT = "vllm-qwen.service"
 A = "a" * 32
 B = "b" * 32
 PID = 4100
+RECENT = timedelta(seconds=30)  # log times of a fresh start, inside the backfill window
 HOST = "gpu-node-7"
 TIMEOUT = 0.5
 
@@ -48,24 +57,14 @@ def fake_vllm() -> Iterator[FakeVllmServer]:
         yield server
 
 
-class Clock:
-    """Log times from 30 s ago (a fresh start, inside the backfill window)."""
-
-    def __init__(self) -> None:
-        self.base = datetime.now(UTC) - timedelta(seconds=30)
-
-    def us(self, seconds: float) -> int:
-        return to_realtime_us(self.base + timedelta(seconds=seconds))
-
-
 def _api(text: str) -> str:
     return f"(APIServer pid={PID}) INFO 11-29 10:00:00 [api_server.py:1] {text}"
 
 
-def _start(clock: Clock, invocation: str, port: int) -> list[dict[str, str | bytes | int]]:
+def _start(clock: LogClock, invocation: str, port: int) -> list[dict[str, str | bytes | int]]:
     """systemd starts the unit; vLLM logs its arguments and begins loading."""
     return [
-        manager_line(UNIT, invocation, f"Started {UNIT} - vLLM.", MESSAGE_ID_STARTED, clock.us(0)),
+        unit_started(UNIT, invocation, clock.us(0), "vLLM"),
         service_line(
             UNIT,
             invocation,
@@ -83,7 +82,7 @@ def _start(clock: Clock, invocation: str, port: int) -> list[dict[str, str | byt
     ]
 
 
-def _ready(clock: Clock, invocation: str, port: int) -> list[dict[str, str | bytes | int]]:
+def _ready(clock: LogClock, invocation: str, port: int) -> list[dict[str, str | bytes | int]]:
     return [
         service_line(
             UNIT,
@@ -98,7 +97,7 @@ def _ready(clock: Clock, invocation: str, port: int) -> list[dict[str, str | byt
     ]
 
 
-def _crash(clock: Clock, invocation: str) -> list[dict[str, str | bytes | int]]:
+def _crash(clock: LogClock, invocation: str) -> list[dict[str, str | bytes | int]]:
     return [
         service_line(
             UNIT,
@@ -107,16 +106,7 @@ def _crash(clock: Clock, invocation: str) -> list[dict[str, str | bytes | int]]:
             "(EngineCore pid=4102) ERROR 11-29 10:00:30 [core.py:1] EngineCore encountered a fatal error.",
             clock.us(25),
         ),
-        manager_line(
-            UNIT,
-            invocation,
-            f"{UNIT}: Main process exited, code=exited, status=1/FAILURE",
-            None,
-            clock.us(26),
-        ),
-        manager_line(
-            UNIT, invocation, f"{UNIT}: Failed with result 'exit-code'.", None, clock.us(26)
-        ),
+        *unit_failed(UNIT, invocation, clock.us(26)),
     ]
 
 
@@ -131,21 +121,13 @@ def _probe_toml(**keys: object) -> str:
     return "\n".join(f"{key} = {value}" for key, value in values.items())
 
 
-def _local_config(journal_dir: Path, state_dir: Path, **keys: object) -> str:
-    return f"""
-[exporter]
-listen = "127.0.0.1:{free_port()}"
-[defaults]
-state_directory = "{state_dir}"
-[[hosts]]
-name = "{HOST}"
-local = true
-units = ["vllm-*.service"]
-journalctl_args = ["--directory={journal_dir}"]
-gpu = "none"
-[hosts.health_probe]
-{_probe_toml(**keys)}
-"""
+def _local_config(journal_dir: Path, state_dir: Path, **keys: object) -> Config:
+    return local_config(
+        journal_dir,
+        state_dir,
+        host=HOST,
+        host_extra=f"[hosts.health_probe]\n{_probe_toml(**keys)}",
+    )
 
 
 def _ssh_config(server: OpenSshServer, journal_dir: Path, state_dir: Path) -> str:
@@ -172,14 +154,8 @@ gpu = "none"
 async def _unit(daemon: RunningDaemon) -> tuple[int, dict[str, Any]]:
     """GET /units/HOST/UNIT: status code and JSON body."""
 
-    def fetch() -> tuple[int, dict[str, Any]]:
-        try:
-            with urllib.request.urlopen(f"{daemon.url}/units/{HOST}/{UNIT}", timeout=10) as reply:
-                return reply.status, json.loads(reply.read())
-        except urllib.error.HTTPError as error:
-            return error.code, json.loads(error.read())
-
-    return await asyncio.to_thread(fetch)
+    reply = await asyncio.to_thread(fetch, f"{daemon.url}/units/{HOST}/{UNIT}")
+    return reply.status, reply.json()
 
 
 async def _until_unit(
@@ -298,11 +274,10 @@ async def test_daemon_over_openssh_starting_ready_unhealthy_crashed(
     tmp_path: Path,
 ) -> None:
     """The real daemon probes through sshd: 503 starting, 200 ready, 503 unhealthy, 500 crashed."""
-    clock = Clock()
+    clock = LogClock(RECENT)
     port = fake_vllm.port
     fake_vllm.mode = "unavailable"  # the socket is bound while vLLM loads
-    journal_writer.write_and_flush(_start(clock, A, port))
-    journal_writer.wait_until_readable(3)
+    journal_writer.write_readable(_start(clock, A, port))
     config = parse_config(_ssh_config(openssh_server, journal_writer.path.parent, tmp_path / "st"))
     async with running_daemon(config) as daemon:
         code, body = await _until_unit(
@@ -354,10 +329,9 @@ async def test_daemon_shows_ready_from_the_probe_while_the_logs_lag(
     journal_writer: JournalWriter, fake_vllm: FakeVllmServer, tmp_path: Path
 ) -> None:
     """/health answers while the logs still say loading: ready from the probe; a crash wins."""
-    clock = Clock()
-    journal_writer.write_and_flush(_start(clock, A, fake_vllm.port))
-    journal_writer.wait_until_readable(3)
-    config = parse_config(_local_config(journal_writer.path.parent, tmp_path / "state"))
+    clock = LogClock(RECENT)
+    journal_writer.write_readable(_start(clock, A, fake_vllm.port))
+    config = _local_config(journal_writer.path.parent, tmp_path / "state")
     async with running_daemon(config) as daemon:
         code, body = await _until_unit(daemon, lambda c, b: c == 200, "ready from the probe")
         assert body["state"] == "ready" and body["phase"] == "ready"
@@ -377,9 +351,7 @@ async def test_daemon_shows_ready_from_the_probe_while_the_logs_lag(
         assert body["state"] == "crashed" and body["last_crash"]["cause"] is not None
         # the restart is a new incarnation: starting again until its own probe or logs say ready
         fake_vllm.mode = "unavailable"
-        journal_writer.write_and_flush(
-            [manager_line(UNIT, B, f"Started {UNIT} - vLLM.", MESSAGE_ID_STARTED, clock.us(40))]
-        )
+        journal_writer.write_and_flush([unit_started(UNIT, B, clock.us(40), "vLLM")])
         code, body = await _until_unit(daemon, lambda c, b: c == 503, "starting again")
         assert body["state"] == "starting" and body["invocation_id"] == B
 
@@ -388,12 +360,9 @@ async def test_units_endpoint_lists_units_and_404s_unknown_ones(
     journal_writer: JournalWriter, fake_vllm: FakeVllmServer, tmp_path: Path
 ) -> None:
     """/units lists the unit; an unknown host or unit is 404 with a JSON error."""
-    clock = Clock()
-    journal_writer.write_and_flush(_start(clock, A, fake_vllm.port))
-    journal_writer.wait_until_readable(3)
-    config = parse_config(
-        _local_config(journal_writer.path.parent, tmp_path / "state", enabled="false")
-    )
+    clock = LogClock(RECENT)
+    journal_writer.write_readable(_start(clock, A, fake_vllm.port))
+    config = _local_config(journal_writer.path.parent, tmp_path / "state", enabled="false")
     async with running_daemon(config) as daemon:
         await _until_unit(daemon, lambda c, b: c == 503, "the unit")
         document = json.loads(await daemon.get("/units"))

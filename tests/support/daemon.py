@@ -36,8 +36,13 @@ def local_config_text(
     units: str = '["vllm-*.service"]',
     port: int | None = None,
     gpu: str = "none",
+    host_extra: str = "",
 ) -> str:
-    """The TOML of a config that follows ``journal_dir`` as a local host (for config files)."""
+    """The TOML of a config that follows ``journal_dir`` as a local host (for config files).
+
+    ``extra`` goes into ``[defaults]``, ``host_extra`` after the host's keys (its own tables,
+    such as ``[hosts.health_probe]``).
+    """
     return f"""
 [exporter]
 listen = "127.0.0.1:{port or free_port()}"
@@ -51,6 +56,7 @@ local = true
 units = {units}
 journalctl_args = ["--directory={journal_dir}"]
 gpu = "{gpu}"
+{host_extra}
 """
 
 

@@ -42,11 +42,14 @@ from tests.support.daemon import (
 )
 from tests.support.http_errors import closed
 from tests.support.journal_writer import (
-    MESSAGE_ID_STARTED,
     JournalWriter,
+    LogClock,
     manager_line,
+    other_unit_line,
     service_line,
     to_realtime_us,
+    unit_failed,
+    unit_started,
 )
 from vllm_sentinel.config import load_config
 
@@ -55,7 +58,6 @@ pytestmark = [pytest.mark.integration]
 UNIT = "vllm-loop.service"
 OTHER = "vllm-other.service"
 EXITED = f"{UNIT}: Main process exited, code=exited, status=1/FAILURE"
-FAILED = f"{UNIT}: Failed with result 'exit-code'."
 OOM = "ERROR 11-29 10:00:30 [core.py:1] torch.OutOfMemoryError: CUDA out of memory."
 
 
@@ -63,27 +65,16 @@ def invocation(n: int) -> str:
     return f"{n + 1:032x}"
 
 
-class LogClock:
-    """Log times from the daemon's start on (``base``: now, or ``ago`` before now)."""
-
-    def __init__(self, ago: timedelta = timedelta(0)) -> None:
-        self.base = datetime.now(UTC) - ago
-
-    def us(self, seconds: float) -> int:
-        return to_realtime_us(self.base + timedelta(seconds=seconds))
-
-
 def crash_cycle(clock: LogClock, n: int, at: float) -> list[dict[str, str | bytes | int]]:
     """One incarnation: systemd's start, four vLLM lines (INFO ×2, ERROR ×2), the failed exit."""
     inv = invocation(n)
     return [
-        manager_line(UNIT, inv, f"Started {UNIT}.", MESSAGE_ID_STARTED, clock.us(at)),
+        unit_started(UNIT, inv, clock.us(at)),
         service_line(UNIT, inv, 100 + n, "INFO 11-29 10:00:01 [core.py:1] Initializing", clock.us(at + 0.1)),
         service_line(UNIT, inv, 100 + n, "INFO 11-29 10:00:02 [gpu_model_runner.py:1] Starting to load model m...", clock.us(at + 0.2)),
         service_line(UNIT, inv, 100 + n, "ERROR 11-29 10:00:03 [core.py:1] EngineCore failed to start.", clock.us(at + 0.3)),
         service_line(UNIT, inv, 100 + n, OOM, clock.us(at + 0.4)),
-        manager_line(UNIT, inv, EXITED, None, clock.us(at + 0.5)),
-        manager_line(UNIT, inv, FAILED, None, clock.us(at + 0.5)),
+        *unit_failed(UNIT, inv, clock.us(at + 0.5)),
     ]  # fmt: skip
 
 
@@ -110,10 +101,7 @@ async def settled(daemon: RunningDaemon, sums: CounterSums, crashes: int, record
 
 def first_start_marker(journal: JournalWriter) -> None:
     """An unrelated entry, so the journal file exists before the daemon starts."""
-    journal.write_and_flush(
-        [service_line("sshd.service", "9" * 32, 77, "Accepted publickey", to_realtime_us(datetime.now(UTC)) - 60_000_000)]
-    )  # fmt: skip
-    journal.wait_until_readable(1)
+    journal.write_readable([other_unit_line(LogClock().us(-60))])
 
 
 @pytest.mark.asyncio
@@ -161,8 +149,7 @@ async def test_a_fast_crash_loop_then_a_restart_counts_each_start_and_crash_once
     sums = CounterSums()
     async with running_daemon(config) as daemon:
         entries = [entry for n in range(5) for entry in crash_cycle(clock, n, 1 + spacing * n)]
-        journal_writer.write_and_flush(entries)
-        journal_writer.wait_until_readable(1 + len(entries))
+        journal_writer.write_readable(entries)
         await daemon.wait_for(
             lambda s: value(s, "vllm_sentinel_unit_incarnation_info", invocation_id=invocation(4)) == 1
             and current_phase(s, UNIT) == "crashed",
@@ -216,7 +203,7 @@ async def test_late_lines_with_earlier_times_do_not_count_a_crash_again(
         journal_writer.write_and_flush(
             [
                 *crash_cycle(clock, 1, 10),  # an earlier crash, in time order
-                manager_line(UNIT, inv, f"Started {UNIT}.", MESSAGE_ID_STARTED, clock.us(80)),
+                unit_started(UNIT, inv, clock.us(80)),
                 service_line(UNIT, inv, 100, "ERROR 11-29 10:00:03 [core.py:1] EngineCore failed to start.", clock.us(85)),
                 manager_line(UNIT, inv, EXITED, None, clock.us(85.2)),
                 *(service_line(UNIT, inv, 100, text, clock.us(84.9)) for text in traceback),
@@ -248,7 +235,7 @@ async def test_one_entry_is_one_record_whatever_its_message_holds(
     async with running_daemon(config) as daemon:
         journal_writer.write_and_flush(
             [
-                manager_line(UNIT, inv, f"Started {UNIT}.", MESSAGE_ID_STARTED, clock.us(1)),
+                unit_started(UNIT, inv, clock.us(1)),
                 service_line(UNIT, inv, 100, blob, clock.us(2)),
                 service_line(UNIT, inv, 100, "ERROR 11-29 10:00:03 [core.py:1] boom\nTraceback (most recent call last):\n  File \"x\", line 1\nValueError: x", clock.us(3)),
             ]

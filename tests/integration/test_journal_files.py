@@ -26,11 +26,11 @@ from tests.support.journal_writer import (
     MESSAGE_ID_STARTED,
     JournalWriter,
     encode_entry,
-    manager_line,
     parse_lines,
     read_journal,
     service_line,
     to_realtime_us,
+    unit_started,
 )
 from tests.support.make_incident import main as make_incident_main
 from vllm_sentinel.journal_json import JournalJsonDecoder
@@ -59,9 +59,7 @@ def _entries() -> list[dict[str, str | bytes | int]]:
         return T0_US + seconds * 1_000_000
 
     return [
-        manager_line(
-            UNIT, INVOCATION, f"Started {UNIT} - vLLM Kimi K2.5.", MESSAGE_ID_STARTED, at(0)
-        ),
+        unit_started(UNIT, INVOCATION, at(0), "vLLM Kimi K2.5"),
         service_line(UNIT, INVOCATION, 5, ANSI_MESSAGE, at(1)),
         service_line(UNIT, INVOCATION, 221343, CR_MESSAGE, at(2)),
         service_line(UNIT, INVOCATION, 221350, INVALID_UTF8_MESSAGE, at(3), priority=3),
@@ -192,7 +190,7 @@ class TestJournalRoundTrip:
             [
                 *_entries(),
                 service_line(other, "1" * 32, 77, "not ours", T0_US + 10_000_000),
-                manager_line(other, "1" * 32, f"Started {other}.", MESSAGE_ID_STARTED, T0_US),
+                unit_started(other, "1" * 32, T0_US),
             ]
         )
         journal_writer.wait_until_readable(9)

@@ -17,13 +17,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from tests.support.daemon import current_phase, local_config, running_daemon, value
-from tests.support.journal_writer import (
-    MESSAGE_ID_STARTED,
-    JournalWriter,
-    manager_line,
-    service_line,
-    to_realtime_us,
-)
+from tests.support.journal_writer import JournalWriter, service_line, to_realtime_us, unit_started
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 
@@ -55,7 +49,7 @@ def _start(invocation: str, started: datetime, *, until_loading: bool = False) -
         return service_line(UNIT, invocation, 4100, f"INFO {stamp} [x.py:1] {text}", at(seconds))
 
     entries = [
-        manager_line(UNIT, invocation, f"Started {UNIT}.", MESSAGE_ID_STARTED, at(0)),
+        unit_started(UNIT, invocation, at(0)),
         line(10, f"Initializing a V1 LLM engine (v0.11.0) with config: model='{MODEL}'"),
         line(15, f"Starting to load model {MODEL}..."),
     ]
@@ -81,8 +75,7 @@ async def test_history_survives_a_restart_and_gives_an_eta_and_slow(
     """A's durations reach the state directory; after a restart B's ETA and slow use them."""
     state = tmp_path / "state"
     a_started = datetime.now(UTC) - timedelta(minutes=10)
-    journal_writer.write_and_flush(_start(A, a_started))
-    journal_writer.wait_until_readable(8)
+    journal_writer.write_readable(_start(A, a_started))
     async with running_daemon(local_config(journal_writer.path.parent, state)) as daemon:
         await daemon.wait_for(lambda s: current_phase(s, UNIT) == "ready", what="A ready")
         # the history file is flushed with the cursors (every 0.2 s here)
@@ -102,8 +95,7 @@ async def test_history_survives_a_restart_and_gives_an_eta_and_slow(
     loading_for = 200.0  # past max(1.5 x 60, 60 + 60) = 120 s: slower than usual
     b_started = datetime.now(UTC) - timedelta(seconds=15 + loading_for)
     with JournalWriter(other, "second", binary=journal_remote, journalctl=journalctl) as writer:
-        writer.write_and_flush(_start(B, b_started, until_loading=True))
-        writer.wait_until_readable(3)
+        writer.write_readable(_start(B, b_started, until_loading=True))
         with capture_logs() as logs:
             async with running_daemon(local_config(other, state)) as daemon:
                 samples = await daemon.wait_for(

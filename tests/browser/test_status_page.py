@@ -12,29 +12,25 @@ is saved as a screenshot under ``tmp/artifacts/browser/`` (not committed).
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
-import json
 import time
-import urllib.error
-import urllib.request
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import bcrypt
 import pytest
 
 from tests.browser.conftest import Browse
 from tests.support.daemon import free_port, running_daemon
+from tests.support.http_client import basic, bcrypt_hash, fetch
 from tests.support.journal_writer import (
-    MESSAGE_ID_STARTED,
     JournalWriter,
-    manager_line,
+    LogClock,
     service_line,
-    to_realtime_us,
+    unit_failed,
+    unit_started,
 )
 from vllm_sentinel.config import parse_config
 
@@ -57,37 +53,30 @@ class Scene:
 
     url: str
     writer: JournalWriter
-    base: datetime
+    clock: LogClock
 
     def us(self, seconds: float) -> int:
-        return to_realtime_us(self.base + timedelta(seconds=seconds))
+        return self.clock.us(seconds)
 
     def status(self) -> dict[str, Any]:
-        token = base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
-        request = urllib.request.Request(
-            self.url + "/status", headers={"Authorization": f"Basic {token}"}
-        )
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return dict(json.loads(response.read()))
-
-
-def _line(unit: str, invocation: str, pid: int, text: str, at: int) -> dict[str, str | bytes | int]:
-    return service_line(unit, invocation, pid, text, at)
+        reply = fetch(self.url + "/status", headers=basic(USER, PASSWORD))
+        assert reply.status == 200, reply
+        return dict(reply.json())
 
 
 def _story(scene: Scene) -> list[dict[str, str | bytes | int]]:
     """One unit loading (32 of 64 shards), one crashed on the flashinfer mismatch."""
     us = scene.us
     return [
-        manager_line(LOADING, A, f"Started {LOADING} - vLLM.", MESSAGE_ID_STARTED, us(0)),
-        _line(
+        unit_started(LOADING, A, us(0), "vLLM"),
+        service_line(
             LOADING,
             A,
             1000,
             "INFO 11-29 10:00:10 [api_server.py:1043] vLLM API server version 0.17.1",
             us(1),
         ),
-        _line(
+        service_line(
             LOADING,
             A,
             1000,
@@ -95,7 +84,7 @@ def _story(scene: Scene) -> list[dict[str, str | bytes | int]]:
             "[gpu_model_runner.py:3425] Starting to load model /models/llama-405b...",
             us(2),
         ),
-        _line(
+        service_line(
             LOADING,
             A,
             1000,
@@ -103,8 +92,8 @@ def _story(scene: Scene) -> list[dict[str, str | bytes | int]]:
             " 50% Completed | 32/64 [04:30<04:30, 8.4s/it]",
             us(3),
         ),
-        manager_line(CRASHED, B, f"Started {CRASHED} - vLLM.", MESSAGE_ID_STARTED, us(0)),
-        _line(
+        unit_started(CRASHED, B, us(0), "vLLM"),
+        service_line(
             CRASHED,
             B,
             2000,
@@ -113,7 +102,7 @@ def _story(scene: Scene) -> list[dict[str, str | bytes | int]]:
             us(2),
         ),
         *(
-            _line(
+            service_line(
                 CRASHED,
                 B,
                 2000,
@@ -126,14 +115,7 @@ def _story(scene: Scene) -> list[dict[str, str | bytes | int]]:
                 f"RuntimeError: {FLASHINFER}",
             )
         ),
-        manager_line(
-            CRASHED,
-            B,
-            f"{CRASHED}: Main process exited, code=exited, status=1/FAILURE",
-            None,
-            us(5),
-        ),
-        manager_line(CRASHED, B, f"{CRASHED}: Failed with result 'exit-code'.", None, us(5)),
+        *unit_failed(CRASHED, B, us(5)),
     ]
 
 
@@ -152,12 +134,11 @@ async def _until(check: Any, what: str) -> Any:
 async def sentinel(tmp_path: Path, writer: JournalWriter) -> AsyncIterator[Scene]:
     """The daemon with two hosts: ``llm-two`` follows the journal file, ``llm-down`` names a
     journal directory that does not exist (its collector stays down). Basic auth is on."""
-    scene = Scene("", writer, datetime.now(UTC) - timedelta(seconds=60))
+    scene = Scene("", writer, LogClock(timedelta(seconds=60)))
     entries = _story(scene)
-    writer.write_and_flush(entries)
-    writer.wait_until_readable(len(entries))
+    writer.write_readable(entries)
     web = tmp_path / "web.yml"
-    hashed = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(rounds=4)).decode()
+    hashed = bcrypt_hash(PASSWORD)
     web.write_text(f"basic_auth_users:\n  {USER}: '{hashed}'\n", encoding="utf-8")
     hosts = "".join(
         f"""
@@ -264,7 +245,7 @@ async def test_a_phase_change_updates_the_page_in_place(
 
         scene.writer.write_and_flush(
             [
-                _line(
+                service_line(
                     LOADING,
                     A,
                     1000,

@@ -10,7 +10,8 @@ Debian's Chromium draws it. The README shows that file; rerun this after changin
     python scripts/screenshot-status-page.py --output /tmp/page.png --color-scheme dark
 
 Needs `chromium` (Debian) and `pip install playwright`; Playwright only drives the system
-browser (no `playwright install`, no download).
+browser (no `playwright install`, no download), opened as the browser tests open it
+(`tests/support/chromium.py`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import socket
 import sys
 import tempfile
 import time
@@ -30,26 +30,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from tests.support.chromium import CHROMIUM, chromium_page  # noqa: E402
+from tests.support.daemon import free_port  # noqa: E402
 from vllm_sentinel.demo import run_demo  # noqa: E402
 from vllm_sentinel.log import configure_logging  # noqa: E402
 
-FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 KIMI, QWEN, LLAMA = "vllm-kimi-k25.service", "vllm-qwen-14b.service", "vllm-llama-405b.service"
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _status(url: str) -> dict[str, Any]:
@@ -90,28 +76,22 @@ async def _wait(url: str, seconds: float) -> None:
 async def capture(output: Path, chromium: str, color_scheme: str, width: int) -> None:
     from playwright.async_api import async_playwright
 
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     demo = asyncio.create_task(run_demo("127.0.0.1", port, announce=lambda line: None))
     try:
         await _wait(url, seconds=300.0)
         with tempfile.TemporaryDirectory(prefix="sentinel-chromium-") as profile:
-            async with async_playwright() as playwright:
-                context = await playwright.chromium.launch_persistent_context(
-                    profile,
-                    executable_path=chromium,
-                    args=FLAGS,
-                    headless=True,
-                    viewport={"width": width, "height": 800},
-                    color_scheme=color_scheme,  # type: ignore[arg-type]
-                )
-                try:
-                    page = context.pages[0] if context.pages else await context.new_page()
-                    await page.goto(url + "/")
-                    output.parent.mkdir(parents=True, exist_ok=True)
-                    await page.screenshot(path=str(output), full_page=True)
-                finally:
-                    await context.close()
+            async with chromium_page(
+                async_playwright,
+                chromium,
+                profile,
+                viewport={"width": width, "height": 800},
+                color_scheme=color_scheme,
+            ) as page:
+                await page.goto(url + "/")
+                output.parent.mkdir(parents=True, exist_ok=True)
+                await page.screenshot(path=str(output), full_page=True)
     finally:
         demo.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -122,7 +102,7 @@ async def capture(output: Path, chromium: str, color_scheme: str, width: int) ->
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--output", type=Path, default=ROOT / "docs" / "status-page.png")
-    parser.add_argument("--chromium", default="/usr/bin/chromium")
+    parser.add_argument("--chromium", default=CHROMIUM)
     parser.add_argument("--color-scheme", choices=["light", "dark"], default="light")
     parser.add_argument("--width", type=int, default=1280)
     args = parser.parse_args(argv)

@@ -18,22 +18,11 @@ import pytest
 
 from tests.conftest import require_binary
 from tests.integration.conftest import journal_remote, journal_writer, journalctl
+from tests.support.chromium import CHROMIUM, chromium_page
 
 __all__ = ["journal_remote", "journal_writer", "journalctl"]  # fixtures, shared
 
 ROOT = Path(__file__).resolve().parents[2]
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_FLAGS = (
-    "--headless",
-    "--no-sandbox",  # root in a container: Chromium's sandbox cannot start
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-)
-
 Browse = Callable[..., contextlib.AbstractAsyncContextManager[Any]]
 
 
@@ -68,18 +57,7 @@ def browse(tmp_path: Path) -> Browse:
     @contextlib.asynccontextmanager
     async def open_page(**options: Any) -> AsyncIterator[Any]:
         profile = tmp_path / f"chromium-profile-{next(profiles)}"
-        async with async_playwright() as playwright:
-            context = await playwright.chromium.launch_persistent_context(
-                str(profile),
-                executable_path=chromium,
-                args=list(CHROMIUM_FLAGS),
-                headless=True,
-                **options,
-            )
-            try:
-                page = context.pages[0] if context.pages else await context.new_page()
-                yield page
-            finally:
-                await context.close()
+        async with chromium_page(async_playwright, chromium, profile, **options) as page:
+            yield page
 
     return open_page

@@ -21,10 +21,8 @@ apart (for a local host they run on the same machine; for SSH hosts they run on 
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,7 +39,7 @@ from benchmarks.daemon import (
 )
 from benchmarks.measure import cpu_of, descendants, sample_process, wait_until
 from tests.support.journal_writer import JournalWriter, service_line
-from tests.support.ssh_server import SshTestServer
+from tests.support.ssh_server import SshServerThread
 
 __all__ = ["measure_footprint"]
 
@@ -187,47 +185,6 @@ def _local(workdir: Path, window: float, rates: tuple[int, ...]) -> dict[str, An
     return results
 
 
-class _SshServerThread:
-    """The in-process asyncssh server, on its own event loop in a thread."""
-
-    def __init__(self, directory: Path) -> None:
-        self._ready = threading.Event()
-        self._stop: asyncio.Event | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self.settings: dict[str, object] = {}
-        self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(directory,), daemon=True)
-        self._thread.start()
-        self._ready.wait(60)
-        if self.error is not None:
-            raise self.error
-
-    def _run(self, directory: Path) -> None:
-        try:
-            asyncio.run(self._serve(directory))
-        except BaseException as error:  # reported to the caller
-            self.error = error
-            self._ready.set()
-
-    async def _serve(self, directory: Path) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._stop = asyncio.Event()
-        async with SshTestServer(directory, path_prepend=(_BIN,)) as server:
-            self.settings = {
-                "port": server.port,
-                "user": "bench",
-                "client_key": server.client_key_path,
-                "known_hosts": server.known_hosts_path,
-            }
-            self._ready.set()
-            await self._stop.wait()
-
-    def close(self) -> None:
-        if self._loop is not None and self._stop is not None:
-            self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(60)
-
-
 _INOTIFY_LIMIT = Path("/proc/sys/fs/inotify/max_user_instances")
 
 
@@ -266,14 +223,21 @@ def _fleet(
     journal_dir = workdir / "fleet-journal"
     journal_dir.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {}
-    server = _SshServerThread(workdir / "ssh")
+    thread = SshServerThread(workdir / "ssh", path_prepend=(_BIN,))
+    assert thread.server is not None
+    ssh = {
+        "port": thread.server.port,
+        "user": "bench",
+        "client_key": thread.server.client_key_path,
+        "known_hosts": thread.server.known_hosts_path,
+    }
     try:
         with JournalWriter(journal_dir, "live") as writer:
             _history(writer)
             traffic = _traffic()
             for size in sizes:
                 tables = "\n".join(
-                    host_table(f"host-{index:03d}", UNITS, journal_dir, ssh=server.settings)
+                    host_table(f"host-{index:03d}", UNITS, journal_dir, ssh=ssh)
                     for index in range(size)
                 )
                 started = time.perf_counter()
@@ -311,7 +275,7 @@ def _fleet(
                 finally:
                     daemon.stop()
     finally:
-        server.close()
+        thread.close()
     return results
 
 

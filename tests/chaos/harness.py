@@ -11,15 +11,14 @@ est's parts: ground truth, unit scripts, the daemon process, the SSH server.
 * ``SentinelProcess`` — ``python -m vllm_sentinel run`` as a child, its JSON log read by a
   thread; SIGTERM, SIGKILL, SIGHUP; its ``os.fsync`` slowed (``slowdisk/sitecustomize.py``) so
   that a SIGKILL can land in the middle of a cursor write.
-* ``SshServerThread`` — ``tests.support.ssh_server.SshTestServer`` on its own event loop: real
-  SSH on 127.0.0.1 relaying the real ``journalctl``; ``drop_all_connections`` kills sessions.
+
+The SSH server is ``tests.support.ssh_server.SshServerThread``: real SSH on 127.0.0.1 relaying
+the real ``journalctl`` on its own event loop; ``drop_all_connections`` kills sessions.
 """
 
 from __future__ import annotations
 
-import asyncio
 import collections
-import contextlib
 import os
 import random
 import signal
@@ -46,7 +45,6 @@ from tests.support.journal_writer import (
     service_line,
     to_realtime_us,
 )
-from tests.support.ssh_server import SshTestServer
 
 Entry = dict[str, str | bytes | int]
 
@@ -383,55 +381,3 @@ class SentinelProcess:
                     return samples
             time.sleep(0.05)
         raise AssertionError(f"hosts {sorted(hosts)} not up within {timeout}s")
-
-
-# --- the SSH server ----------------------------------------------------------------------------
-
-
-class SshServerThread:
-    """``SshTestServer`` (real SSH on 127.0.0.1, running the real journalctl) on its own loop."""
-
-    def __init__(self, directory: Path) -> None:
-        self._ready = threading.Event()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
-        self.server: SshTestServer | None = None
-        self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(directory,), daemon=True)
-        self._thread.start()
-        self._ready.wait(60)
-        if self.error is not None:
-            raise self.error
-        if self.server is None:
-            raise RuntimeError("the SSH server did not start")
-
-    def _run(self, directory: Path) -> None:
-        try:
-            asyncio.run(self._serve(directory))
-        except BaseException as error:  # reported to the caller
-            self.error = error
-            self._ready.set()
-
-    async def _serve(self, directory: Path) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._stop = asyncio.Event()
-        async with SshTestServer(directory) as server:
-            self.server = server
-            self._ready.set()
-            await self._stop.wait()
-
-    def drop_all_connections(self) -> int:
-        """Reset every SSH connection (no SSH disconnect); return how many."""
-        assert self._loop is not None and self.server is not None
-        server = self.server
-
-        async def drop() -> int:
-            return server.drop_all_connections()
-
-        return asyncio.run_coroutine_threadsafe(drop(), self._loop).result(10)
-
-    def close(self) -> None:
-        if self._loop is not None and self._stop is not None:
-            with contextlib.suppress(RuntimeError):
-                self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(30)

@@ -49,13 +49,13 @@ from tests.chaos.harness import (
     CAUSES,
     LogClock,
     SentinelProcess,
-    SshServerThread,
     UnitScript,
     UnitTruth,
 )
 from tests.conftest import require_binary
 from tests.support.daemon import CounterSums, Samples, free_port
 from tests.support.journal_writer import JOURNAL_REMOTE, JournalWriter, service_line
+from tests.support.ssh_server import SshServerThread
 from vllm_sentinel.journal_json import JournalJsonDecoder
 from vllm_sentinel.tracker import UnitTracker
 

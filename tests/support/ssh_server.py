@@ -13,6 +13,9 @@ then the child is killed and reaped. Failure injection:
 * ``shell=True`` runs commands through ``/bin/sh -c`` as sshd does, instead of the default
   ``shlex.split`` + exec.
 
+``SshServerThread`` runs an ``SshTestServer`` on its own event loop in a thread, for callers
+without one of their own (the chaos test, the fleet benchmark).
+
 ``OpenSshServer`` starts ``/usr/sbin/sshd -D -e -f CONFIG`` with a throwaway config and keys
 (``/work/shared/TOOLCHAIN.md`` §SSH on loopback).
 """
@@ -38,7 +41,14 @@ import asyncssh
 
 from vllm_sentinel.transport import SshSettings
 
-__all__ = ["OpenSshServer", "RelayedChild", "SshTestServer", "free_port", "generate_keys"]
+__all__ = [
+    "OpenSshServer",
+    "RelayedChild",
+    "SshServerThread",
+    "SshTestServer",
+    "free_port",
+    "generate_keys",
+]
 
 _READ_SIZE = 1 << 16
 _KILL_GRACE_SECONDS = 5.0
@@ -457,3 +467,60 @@ class OpenSshServer:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+class SshServerThread:
+    """``SshTestServer`` (real SSH on 127.0.0.1, running commands for real) on its own event
+    loop in a daemon thread; ``close`` stops it.
+
+    Raises (from the constructor): what the server raised while starting, or
+    ``RuntimeError`` when it did not start within 60 s.
+    """
+
+    def __init__(self, directory: Path, *, path_prepend: tuple[Path, ...] = ()) -> None:
+        self._ready = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self.server: SshTestServer | None = None
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(
+            target=self._run, args=(directory, path_prepend), daemon=True
+        )
+        self._thread.start()
+        self._ready.wait(60)
+        if self.error is not None:
+            raise self.error
+        if self.server is None:
+            raise RuntimeError("the SSH server did not start")
+
+    def _run(self, directory: Path, path_prepend: tuple[Path, ...]) -> None:
+        try:
+            asyncio.run(self._serve(directory, path_prepend))
+        except BaseException as error:  # reported to the caller
+            self.error = error
+            self._ready.set()
+
+    async def _serve(self, directory: Path, path_prepend: tuple[Path, ...]) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        async with SshTestServer(directory, path_prepend=path_prepend) as server:
+            self.server = server
+            self._ready.set()
+            await self._stop.wait()
+
+    def drop_all_connections(self) -> int:
+        """Reset every SSH connection (no SSH disconnect); return how many."""
+        assert self._loop is not None and self.server is not None
+        server = self.server
+
+        async def drop() -> int:
+            return server.drop_all_connections()
+
+        return asyncio.run_coroutine_threadsafe(drop(), self._loop).result(10)
+
+    def close(self) -> None:
+        """Stop the server and wait for its thread (at most 60 s)."""
+        if self._loop is not None and self._stop is not None:
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(60)

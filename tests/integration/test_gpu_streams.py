@@ -9,8 +9,10 @@ line is counted and exported in ``vllm_sentinel_records_skipped_total``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +64,29 @@ def smi_children(server: SshTestServer) -> list[str]:
     return [child.command for child in server.children if "nvidia-smi" in child.command]
 
 
+def stub_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str) -> Path:
+    """The stub nvidia-smi's state file, holding ``text``, named in ``FAKE_NVIDIA_SMI_STATE``
+    (the test rewrites it to change what the next rounds print)."""
+    state = tmp_path / "smi.json"
+    state.write_text(text)
+    monkeypatch.setenv("FAKE_NVIDIA_SMI_STATE", str(state))
+    return state
+
+
+@contextlib.asynccontextmanager
+async def stream_reader(
+    server: SshTestServer, timeout_seconds: float = 10
+) -> AsyncIterator[NvidiaSmiStreamReader]:
+    """A reader of 0.1 s rounds over SSH to ``server``; closed, with its transport, after."""
+    transport = SshTransport(HOST, server.settings())
+    reader = NvidiaSmiStreamReader(transport, interval_seconds=0.1, timeout_seconds=timeout_seconds)
+    try:
+        yield reader
+    finally:
+        await reader.close()
+        await transport.close()
+
+
 async def read_until(
     reader: NvidiaSmiStreamReader, predicate: Any, timeout: float = 20.0
 ) -> GpuReading:
@@ -79,13 +104,9 @@ class TestNvidiaSmiStreams:
     ) -> None:
         """Ten readings, two nvidia-smi processes: each round's memory as the stub prints it,
         processes gone from the readings once none are printed."""
-        state = tmp_path / "smi.json"
-        state.write_text(smi_state(1000))
-        monkeypatch.setenv("FAKE_NVIDIA_SMI_STATE", str(state))
+        state = stub_state(tmp_path, monkeypatch, smi_state(1000))
         async with SshTestServer(tmp_path / "ssh", path_prepend=(STUB_BIN,)) as server:
-            transport = SshTransport(HOST, server.settings())
-            reader = NvidiaSmiStreamReader(transport, interval_seconds=0.1, timeout_seconds=10)
-            try:
+            async with stream_reader(server) as reader:
                 first = await reader.read()
                 assert [d.memory_used_bytes for d in first.devices] == [1000 * MIB] * 2
                 assert [(p.pid, p.used_memory_bytes) for p in first.processes] == [
@@ -108,9 +129,6 @@ class TestNvidiaSmiStreams:
                 assert all(command.endswith("-lms 100") for command in commands)
                 assert reader.streams_started == 1
                 assert reader.skipped() == {}
-            finally:
-                await reader.close()
-                await transport.close()
             await server.wait_children_exited()  # closing the reader ended both on the host
 
     async def test_a_dead_stream_fails_the_read_and_is_restarted(
@@ -118,47 +136,35 @@ class TestNvidiaSmiStreams:
     ) -> None:
         """nvidia-smi exiting 9 mid-stream is ``command_failed``; the next read starts both
         streams again and reads the new rounds."""
-        state = tmp_path / "smi.json"
-        state.write_text(smi_state(1000))
-        monkeypatch.setenv("FAKE_NVIDIA_SMI_STATE", str(state))
-        async with SshTestServer(tmp_path / "ssh", path_prepend=(STUB_BIN,)) as server:
-            transport = SshTransport(HOST, server.settings())
-            reader = NvidiaSmiStreamReader(transport, interval_seconds=0.1, timeout_seconds=10)
-            try:
-                await reader.read()
-                state.write_text(json.dumps({"exit_code": 9, "message": "driver gone"}))
-                with pytest.raises(GpuCollectorError) as failed:
-                    await read_until(reader, lambda _reading: False)
-                assert failed.value.reason == "command_failed"
-                assert "driver gone" in failed.value.detail
-                state.write_text(smi_state(3000))
-                reading = await reader.read()
-                assert reading.devices[0].memory_used_bytes == 3000 * MIB
-                assert reader.streams_started == 2
-                assert len(smi_children(server)) == 4
-            finally:
-                await reader.close()
-                await transport.close()
+        state = stub_state(tmp_path, monkeypatch, smi_state(1000))
+        async with (
+            SshTestServer(tmp_path / "ssh", path_prepend=(STUB_BIN,)) as server,
+            stream_reader(server) as reader,
+        ):
+            await reader.read()
+            state.write_text(json.dumps({"exit_code": 9, "message": "driver gone"}))
+            with pytest.raises(GpuCollectorError) as failed:
+                await read_until(reader, lambda _reading: False)
+            assert failed.value.reason == "command_failed"
+            assert "driver gone" in failed.value.detail
+            state.write_text(smi_state(3000))
+            reading = await reader.read()
+            assert reading.devices[0].memory_used_bytes == 3000 * MIB
+            assert reader.streams_started == 2
+            assert len(smi_children(server)) == 4
 
     async def test_silent_stream_times_out(
         self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         """A stream that prints nothing (no GPU rows) fails the read with ``timeout``."""
-        state = tmp_path / "smi.json"
-        state.write_text(json.dumps({"gpus": [], "apps": []}))
-        monkeypatch.setenv("FAKE_NVIDIA_SMI_STATE", str(state))
+        stub_state(tmp_path, monkeypatch, json.dumps({"gpus": [], "apps": []}))
         async with SshTestServer(tmp_path / "ssh", path_prepend=(STUB_BIN,)) as server:
-            transport = SshTransport(HOST, server.settings())
-            reader = NvidiaSmiStreamReader(transport, interval_seconds=0.1, timeout_seconds=0.5)
-            try:
+            async with stream_reader(server, timeout_seconds=0.5) as reader:
                 started_at = time.monotonic()
                 with pytest.raises(GpuCollectorError) as failed:
                     await reader.read()
                 assert failed.value.reason == "timeout"
                 assert time.monotonic() - started_at < 5
-            finally:
-                await reader.close()
-                await transport.close()
             await server.wait_children_exited()
 
     async def test_poller_marks_down_and_up_again_with_backoff(
@@ -166,12 +172,11 @@ class TestNvidiaSmiStreams:
     ) -> None:
         """Through ``GpuPoller``: the dead stream sets the collector down (reason from the
         transport), the restart after the backoff brings it up with one reconnect."""
-        state = tmp_path / "smi.json"
-        state.write_text(smi_state(1000))
-        monkeypatch.setenv("FAKE_NVIDIA_SMI_STATE", str(state))
-        async with SshTestServer(tmp_path / "ssh", path_prepend=(STUB_BIN,)) as server:
-            transport = SshTransport(HOST, server.settings())
-            reader = NvidiaSmiStreamReader(transport, interval_seconds=0.1, timeout_seconds=10)
+        state = stub_state(tmp_path, monkeypatch, smi_state(1000))
+        async with (
+            SshTestServer(tmp_path / "ssh", path_prepend=(STUB_BIN,)) as server,
+            stream_reader(server) as reader,
+        ):
             poller = GpuPoller(
                 HOST, reader, 0.1, backoff_initial_seconds=0.2, backoff_max_seconds=0.5,
                 reader_paced=True,
@@ -194,7 +199,6 @@ class TestNvidiaSmiStreams:
             finally:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
-                await transport.close()
 
 
 async def _until(predicate: Any, timeout: float = 20.0) -> None:
@@ -210,11 +214,10 @@ async def test_daemon_exports_malformed_lines_and_keeps_two_streams(
     """The daemon over SSH: a malformed nvidia-smi line is in ``records_skipped_total`` with
     its ``gpu_line_`` reason, GPU memory is exported, and polling at 0.1 s for seconds has
     started two nvidia-smi processes in all (before the streams: two per poll)."""
-    state = tmp_path / "smi.json"
-    state.write_text(smi_state(1000, lines=["0, GPU-bad, NVIDIA H200, 12x, 143771"]))
-    monkeypatch.setenv("FAKE_NVIDIA_SMI_STATE", str(state))
-    journal_writer.write_and_flush([started(hour_ago_us())])
-    journal_writer.wait_until_readable(1)
+    stub_state(
+        tmp_path, monkeypatch, smi_state(1000, lines=["0, GPU-bad, NVIDIA H200, 12x, 143771"])
+    )
+    journal_writer.write_readable([started(hour_ago_us())])
     async with SshTestServer(tmp_path / "ssh", path_prepend=(STUB_BIN,)) as server:
         config = parse_config(
             f"""

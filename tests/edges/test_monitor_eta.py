@@ -14,16 +14,14 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
+from tests.support.monitor_driver import KIMI_INCIDENT, ManualClock, journal_records, play
 from vllm_sentinel.health import HealthProbeResult, ProbeOutcome, ProbePolicy, ProbeSettings
 from vllm_sentinel.history import HISTORY_SKIP_REASON, HistoryStore
-from vllm_sentinel.journal import JournalBatch
-from vllm_sentinel.journal_json import JournalJsonDecoder
 from vllm_sentinel.monitor import HostPlan, Monitor, Tick
 from vllm_sentinel.phases import Phase
 from vllm_sentinel.record import Record
 from vllm_sentinel.snapshot import EtaBasis, UnitSnapshot
 
-INCIDENT = Path(__file__).parents[1] / "golden/journal/001-kimi-k25-flashinfer-restart.jsonl"
 HOST = "llm-two"
 UNIT = "vllm-kimi-k25.service"
 MODEL = "/shared/kimi-k2.5-nvfp4"
@@ -34,19 +32,6 @@ C_LOADING = C_STARTED + timedelta(seconds=20)
 B_LOAD = 552.762  # B's loading_weights, seconds
 B_AFTER_LOAD = 21.76 + 6.77 + 66.13 + 20.062346  # compile, KV cache, graphs, API server
 QUIET = {phase: 3600.0 for phase in Phase}  # no stall unless a test wants one
-
-
-class _Clock:
-    def __init__(self, at: datetime) -> None:
-        self.at = at
-
-    def __call__(self) -> datetime:
-        return self.at
-
-
-def _incident() -> list[Record]:
-    decoder = JournalJsonDecoder(HOST)
-    return [*decoder.feed(INCIDENT.read_bytes()), *decoder.flush()]
 
 
 def _third_start() -> list[Record]:
@@ -84,15 +69,7 @@ def _third_start() -> list[Record]:
     ]
 
 
-def _apply(monitor: Monitor, clock: _Clock, records: list[Record], **batch: Any) -> None:
-    for record in records:
-        assert record.realtime is not None
-        clock.at = record.realtime
-        monitor.apply(JournalBatch(HOST, (record,), record.cursor, **batch))
-        monitor.publish()
-
-
-def _at(monitor: Monitor, clock: _Clock, when: datetime) -> UnitSnapshot:
+def _at(monitor: Monitor, clock: ManualClock, when: datetime) -> UnitSnapshot:
     clock.at = when
     monitor.apply(Tick(when))
     monitor.publish()
@@ -100,8 +77,8 @@ def _at(monitor: Monitor, clock: _Clock, when: datetime) -> UnitSnapshot:
     return unit
 
 
-def _monitor(thresholds: dict[Phase, float] = QUIET, **options: Any) -> tuple[Monitor, _Clock]:
-    clock = _Clock(datetime(2026, 11, 28, 23, 35, tzinfo=UTC))
+def _monitor(thresholds: dict[Phase, float] = QUIET, **options: Any) -> tuple[Monitor, ManualClock]:
+    clock = ManualClock(datetime(2026, 11, 28, 23, 35, tzinfo=UTC))
     return Monitor([HostPlan(HOST, (UNIT,), thresholds)], clock=clock, **options), clock
 
 
@@ -109,7 +86,11 @@ def test_first_load_has_vllms_own_eta() -> None:
     """No history yet: the shard bar's remaining time, counted down, basis vllm."""
     monitor, clock = _monitor()
     shard_4 = datetime(2026, 11, 28, 23, 38, 27, 233330, tzinfo=UTC)  # 4/64 [00:31<07:57, …]
-    _apply(monitor, clock, [r for r in _incident() if r.realtime and r.realtime <= shard_4])
+    play(
+        monitor,
+        clock,
+        [r for r in journal_records(KIMI_INCIDENT, HOST) if r.realtime and r.realtime <= shard_4],
+    )
     unit = _at(monitor, clock, shard_4 + timedelta(seconds=3))
     assert unit.eta_basis is EtaBasis.VLLM
     assert unit.eta_seconds == pytest.approx(477 - 3)
@@ -121,7 +102,7 @@ def test_first_load_has_vllms_own_eta() -> None:
 def test_a_ready_start_becomes_history_and_the_next_start_uses_it() -> None:
     """B reached ready: recorded once; C of the same model gets B's durations as its ETA."""
     monitor, clock = _monitor()
-    _apply(monitor, clock, _incident())
+    play(monitor, clock, journal_records(KIMI_INCIDENT, HOST))
     (record,) = monitor.history.records(HOST, UNIT)
     assert record.invocation_id == B
     assert record.phase_seconds[Phase.LOADING_WEIGHTS] == pytest.approx(B_LOAD)
@@ -130,7 +111,7 @@ def test_a_ready_start_becomes_history_and_the_next_start_uses_it() -> None:
         "0.17.1",
         8,
     )
-    _apply(monitor, clock, _third_start())
+    play(monitor, clock, _third_start())
     unit = _at(monitor, clock, C_LOADING + timedelta(seconds=60))
     assert unit.current is not None and unit.current.id == C
     assert unit.eta_basis is EtaBasis.HISTORY
@@ -146,8 +127,8 @@ def test_a_ready_start_becomes_history_and_the_next_start_uses_it() -> None:
 def test_slower_than_usual_is_flagged_and_logged_once() -> None:
     """Past 1.5x B's load (829 s), C is slow: one unit_slow event; moving on clears it."""
     monitor, clock = _monitor()
-    _apply(monitor, clock, _incident())
-    _apply(monitor, clock, _third_start())
+    play(monitor, clock, journal_records(KIMI_INCIDENT, HOST))
+    play(monitor, clock, _third_start())
     with capture_logs() as logs:
         assert not _at(monitor, clock, C_LOADING + timedelta(seconds=825)).slow
         for seconds in (835, 900, 1000):
@@ -160,7 +141,7 @@ def test_slower_than_usual_is_flagged_and_logged_once() -> None:
             realtime=C_LOADING + timedelta(seconds=1010),
             cursor="s=c0ffee;i=ffffff",
         )
-        _apply(monitor, clock, [compile_line])
+        play(monitor, clock, [compile_line])
     slow = [entry for entry in logs if entry["event"] == "unit_slow"]
     assert len(slow) == 1
     assert (slow[0]["phase"], slow[0]["invocation_id"], slow[0]["log_level"]) == (
@@ -178,8 +159,8 @@ def test_slower_than_usual_is_flagged_and_logged_once() -> None:
 def test_no_eta_and_no_slow_while_stalled() -> None:
     """A stalled start has no expected ready time, and is stalled rather than slow."""
     monitor, clock = _monitor({**QUIET, Phase.LOADING_WEIGHTS: 600.0})
-    _apply(monitor, clock, _incident())
-    _apply(monitor, clock, _third_start())
+    play(monitor, clock, journal_records(KIMI_INCIDENT, HOST))
+    play(monitor, clock, _third_start())
     unit = _at(monitor, clock, C_LOADING + timedelta(seconds=900))
     assert unit.stalled and not unit.slow
     assert (unit.eta_seconds, unit.expected_ready_at, unit.eta_basis) == (None, None, None)
@@ -190,14 +171,14 @@ def test_the_backfill_fills_the_history_once(tmp_path: Path) -> None:
     """History read again by a restarted daemon's backfill is not recorded twice."""
     store = HistoryStore(tmp_path)
     monitor, clock = _monitor(history=store)
-    records = _incident()
-    _apply(monitor, clock, records, backfill=True, history=True)
+    records = journal_records(KIMI_INCIDENT, HOST)
+    play(monitor, clock, records, backfill=True, history=True)
     assert [r.invocation_id for r in store.records(HOST, UNIT)] == [B]
     assert store.flush_sync() == 1
     again = HistoryStore(tmp_path)
     again.load()
     restarted, clock = _monitor(history=again)
-    _apply(restarted, clock, records, backfill=True, history=True)
+    play(restarted, clock, records, backfill=True, history=True)
     assert [r.invocation_id for r in again.records(HOST, UNIT)] == [B]
     assert again.flush_sync() == 0
 
@@ -217,11 +198,11 @@ def test_a_corrupt_history_file_is_counted_for_its_host(tmp_path: Path) -> None:
 def test_ready_by_its_health_probe_is_no_longer_estimated() -> None:
     """/health answers 200 while the logs still say loading: ready from the probe, no ETA,
     not slow (the probe's word ends the start; its logs will record it in the history)."""
-    clock = _Clock(datetime(2026, 11, 28, 23, 35, tzinfo=UTC))
+    clock = ManualClock(datetime(2026, 11, 28, 23, 35, tzinfo=UTC))
     policy = ProbePolicy(ProbeSettings(enabled=True, unhealthy_after_seconds=60.0))
     monitor = Monitor([HostPlan(HOST, (UNIT,), QUIET, probe_policy=policy)], clock=clock)
-    _apply(monitor, clock, _incident())
-    _apply(monitor, clock, _third_start())
+    play(monitor, clock, journal_records(KIMI_INCIDENT, HOST))
+    play(monitor, clock, _third_start())
     slow = _at(monitor, clock, C_LOADING + timedelta(seconds=900))
     assert slow.slow and slow.eta_basis is EtaBasis.HISTORY
     assert slow.current is not None

@@ -7,61 +7,35 @@ structlog's ``capture_logs`` records what an operator's log would show.
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 from structlog.testing import capture_logs
 
+from tests.support.monitor_driver import KIMI_INCIDENT, ManualClock, journal_records, play
 from tests.support.records import T0, Journal
 from vllm_sentinel.journal import JournalBatch
-from vllm_sentinel.journal_json import JournalJsonDecoder
 from vllm_sentinel.monitor import GpuSample, HostPlan, Monitor, Tick
 from vllm_sentinel.phases import Phase
 from vllm_sentinel.record import Record
 from vllm_sentinel.report import status_document
 from vllm_sentinel.snapshot import GpuDevice, GpuProcess, GpuReading
 
-INCIDENT = Path(__file__).parents[1] / "golden/journal/001-kimi-k25-flashinfer-restart.jsonl"
 HOST = "llm-two"
 UNIT = "vllm-kimi-k25.service"
 LOADING = datetime(2026, 11, 28, 23, 37, 52, 118000, tzinfo=UTC)  # second `Starting to load model`
-
-
-class _Clock:
-    def __init__(self, at: datetime) -> None:
-        self.at = at
-
-    def __call__(self) -> datetime:
-        return self.at
-
-
-def _records() -> list[Record]:
-    decoder = JournalJsonDecoder(HOST)
-    return [*decoder.feed(INCIDENT.read_bytes()), *decoder.flush()]
 
 
 def _events(logs: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
     return [event for event in logs if event["event"] == name]
 
 
-def _play_until(monitor: Monitor, clock: _Clock, records: list[Record], until: datetime) -> None:
-    """Apply the records written up to ``until`` one by one, publishing after each."""
-    for record in records:
-        assert record.realtime is not None
-        if record.realtime > until:
-            break
-        clock.at = record.realtime
-        monitor.apply(JournalBatch(HOST, (record,), record.cursor))
-        monitor.publish()
-
-
 def test_phase_changes_and_the_crash_are_one_event_each() -> None:
-    records = _records()
-    clock = _Clock(records[0].realtime or LOADING)
+    records = journal_records(KIMI_INCIDENT, HOST)
+    clock = ManualClock(records[0].realtime or LOADING)
     thresholds = {phase: 3600.0 for phase in Phase}  # no stall in this test
     monitor = Monitor([HostPlan(HOST, (UNIT,), thresholds)], clock=clock, settle_seconds=30.0)
     with capture_logs() as logs:
-        _play_until(monitor, clock, records, LOADING)
+        play(monitor, clock, records, until=LOADING)
         clock.at = LOADING + timedelta(seconds=60)  # past settling: the first crash is final
         monitor.apply(Tick(clock.at))
         monitor.publish()
@@ -93,11 +67,11 @@ def test_phase_changes_and_the_crash_are_one_event_each() -> None:
 
 
 def test_a_stall_is_logged_once_when_it_begins_and_once_when_it_clears() -> None:
-    records = _records()
-    clock = _Clock(records[0].realtime or LOADING)
+    records = journal_records(KIMI_INCIDENT, HOST)
+    clock = ManualClock(records[0].realtime or LOADING)
     thresholds = {phase: 3600.0 for phase in Phase} | {Phase.LOADING_WEIGHTS: 120.0}
     monitor = Monitor([HostPlan(HOST, (UNIT,), thresholds)], clock=clock)
-    _play_until(monitor, clock, records, LOADING + timedelta(seconds=2))  # before the first shard
+    play(monitor, clock, records, until=LOADING + timedelta(seconds=2))  # before the first shard
     with capture_logs() as logs:
         for seconds in range(10, 200, 10):  # time passes with no record and no GPU growth
             clock.at = LOADING + timedelta(seconds=seconds)
@@ -138,14 +112,18 @@ def _phase_events(logs: list[dict[str, Any]]) -> list[tuple[str, str, str | None
 
 def test_every_phase_change_is_an_event_however_records_are_batched() -> None:
     """One batch or one record at a time: the same events, one per phase entered, in order."""
-    records = [r for r in _records() if r.realtime is not None and r.realtime <= LOADING]
+    records = [
+        r
+        for r in journal_records(KIMI_INCIDENT, HOST)
+        if r.realtime is not None and r.realtime <= LOADING
+    ]
     thresholds = {phase: 3600.0 for phase in Phase}
-    one_by_one = Monitor([HostPlan(HOST, (UNIT,), thresholds)], clock=_Clock(LOADING))
+    one_by_one = Monitor([HostPlan(HOST, (UNIT,), thresholds)], clock=ManualClock(LOADING))
     with capture_logs() as slow:
         for record in records:
             one_by_one.apply(JournalBatch(HOST, (record,), record.cursor))
             one_by_one.publish()
-    at_once = Monitor([HostPlan(HOST, (UNIT,), thresholds)], clock=_Clock(LOADING))
+    at_once = Monitor([HostPlan(HOST, (UNIT,), thresholds)], clock=ManualClock(LOADING))
     with capture_logs() as fast:
         at_once.apply(JournalBatch(HOST, records[:1], records[0].cursor))  # first sight
         at_once.publish()
@@ -167,8 +145,12 @@ def test_every_phase_change_is_an_event_however_records_are_batched() -> None:
 def test_history_is_not_logged_and_its_end_logs_each_unit_once() -> None:
     """Backfilled records log no phase changes; the end of the backfill logs each unit's
     current phase once (``previous_phase`` None: the sentinel's first sight of it)."""
-    records = [r for r in _records() if r.realtime is not None and r.realtime <= LOADING]
-    monitor = Monitor([HostPlan(HOST, (UNIT,))], clock=_Clock(LOADING))
+    records = [
+        r
+        for r in journal_records(KIMI_INCIDENT, HOST)
+        if r.realtime is not None and r.realtime <= LOADING
+    ]
+    monitor = Monitor([HostPlan(HOST, (UNIT,))], clock=ManualClock(LOADING))
     with capture_logs() as logs:
         for record in records:
             monitor.apply(JournalBatch(HOST, (record,), record.cursor, True, history=True))
@@ -187,7 +169,7 @@ def test_crash_hint_names_the_other_gpu_processes() -> None:
     processes hold the GPU, from the GPU collector's latest reading (not the unit's own)."""
     journal = Journal(unit=UNIT, host=HOST)
     invocation = "c" * 32
-    clock = _Clock(T0)
+    clock = ManualClock(T0)
     monitor = Monitor([HostPlan(HOST, (UNIT,))], clock=clock, settle_seconds=5.0)
     gib = 1 << 30
     reading = GpuReading(

@@ -11,6 +11,7 @@ from typing import Any
 
 from structlog.testing import capture_logs
 
+from tests.support.monitor_driver import ManualClock
 from vllm_sentinel.health import HealthProbeResult, ProbeOutcome, ProbePolicy, ProbeSettings
 from vllm_sentinel.journal import JournalBatch
 from vllm_sentinel.monitor import HostPlan, Monitor, Tick
@@ -24,14 +25,6 @@ T0 = datetime(2026, 11, 28, 23, 0, 0, tzinfo=UTC)
 A = "a" * 32
 B = "b" * 32
 POLICY = ProbePolicy(ProbeSettings(enabled=True, unhealthy_after_seconds=60.0))
-
-
-class _Clock:
-    def __init__(self) -> None:
-        self.at = T0
-
-    def __call__(self) -> datetime:
-        return self.at
 
 
 def _line(second: float, text: str, invocation: str = A, pid: int = 500) -> Record:
@@ -77,12 +70,12 @@ READY = [
 ]
 
 
-def _monitor(clock: _Clock) -> Monitor:
+def _monitor(clock: ManualClock) -> Monitor:
     thresholds = dict.fromkeys(Phase, 3600.0)
     return Monitor([HostPlan(HOST, (UNIT,), thresholds, probe_policy=POLICY)], clock=clock)
 
 
-def _feed(monitor: Monitor, clock: _Clock, records: list[Record]) -> None:
+def _feed(monitor: Monitor, clock: ManualClock, records: list[Record]) -> None:
     for record in records:
         assert record.realtime is not None
         clock.at = max(clock.at, record.realtime)
@@ -97,7 +90,7 @@ def _unit(monitor: Monitor) -> UnitSnapshot:
 
 
 def _probe(
-    monitor: Monitor, clock: _Clock, second: float, outcome: ProbeOutcome, invocation: str = A
+    monitor: Monitor, clock: ManualClock, second: float, outcome: ProbeOutcome, invocation: str = A
 ) -> None:
     clock.at = T0 + timedelta(seconds=second)
     current = _unit(monitor).current
@@ -125,7 +118,7 @@ def _events(logs: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
 
 def test_a_probe_of_another_incarnation_is_dropped() -> None:
     """A result sent for an incarnation that is not the current one changes nothing."""
-    clock = _Clock()
+    clock = ManualClock(T0)
     monitor = _monitor(clock)
     _feed(monitor, clock, START)
     _probe(monitor, clock, 10, ProbeOutcome.UP, invocation=B)
@@ -136,7 +129,7 @@ def test_a_probe_of_another_incarnation_is_dropped() -> None:
 
 def test_unhealthy_turns_on_with_time_alone_and_is_logged_once() -> None:
     """Ready, then 503s: unhealthy once 60 s passed (a tick suffices); one event each way."""
-    clock = _Clock()
+    clock = ManualClock(T0)
     monitor = _monitor(clock)
     with capture_logs() as logs:
         _feed(monitor, clock, START + READY)
@@ -168,7 +161,7 @@ def test_unhealthy_turns_on_with_time_alone_and_is_logged_once() -> None:
 
 def test_ready_from_a_probe_then_the_logs_catch_up_then_a_crash() -> None:
     """One ready event at the probe's time; the logs' later ready is not news; the crash is."""
-    clock = _Clock()
+    clock = ManualClock(T0)
     monitor = _monitor(clock)
     with capture_logs() as logs:
         _feed(monitor, clock, START)
@@ -198,7 +191,7 @@ def test_ready_from_a_probe_then_the_logs_catch_up_then_a_crash() -> None:
 
 def test_a_reload_that_disables_probing_forgets_the_health() -> None:
     """Probing turned off for the unit: its health goes, results in flight are dropped."""
-    clock = _Clock()
+    clock = ManualClock(T0)
     monitor = _monitor(clock)
     _feed(monitor, clock, START + READY)
     _probe(monitor, clock, 40, ProbeOutcome.UP)

@@ -13,18 +13,15 @@ line written later in log time settles it without waiting.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import orjson
 import pytest
 from structlog.testing import capture_logs
 
@@ -33,6 +30,7 @@ from tests.support.daemon import (
     CounterSums,
     RunningDaemon,
     current_phase,
+    daemon_process,
     free_port,
     local_config,
     local_config_text,
@@ -352,22 +350,6 @@ def test_an_unwritable_state_directory_refuses_to_start(tmp_path: Path) -> None:
     assert not any(home.rglob("*.cursor"))
 
 
-@contextlib.contextmanager
-def _daemon_process(config: Path) -> Iterator[subprocess.Popen[str]]:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "vllm_sentinel", "run", "--config", str(config), "--log-format", "json"],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        yield process
-    finally:
-        if process.poll() is None:
-            process.kill()
-        process.wait(10)
-        if process.stderr is not None:
-            process.stderr.close()
-
-
 def _scrape(port: int) -> dict[tuple[str, frozenset[tuple[str, str]]], float] | None:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
@@ -404,7 +386,7 @@ def test_saving_failures_are_counted_logged_sparingly_and_fail_the_exit(
     config.write_text(
         local_config_text(journal_writer.path.parent, state, units=f'["{UNIT}"]', port=port)
     )
-    with _daemon_process(config) as process:
+    with daemon_process(config) as process:
         samples = _poll(
             port, lambda s: value(s, "vllm_sentinel_cursor_saved_timestamp_seconds") is not None
         )
@@ -424,10 +406,8 @@ def test_saving_failures_are_counted_logged_sparingly_and_fail_the_exit(
         )
         assert value(samples, "vllm_sentinel_cursor_saved_timestamp_seconds") == saved_at
         process.send_signal(signal.SIGTERM)
-        _, stderr = process.communicate(timeout=30)
-        code = process.returncode
-    events = [orjson.loads(line) for line in stderr.splitlines() if line.startswith("{")]
-    names = [event["event"] for event in events]
+        code = process.wait(30)
+    names = [event["event"] for event in process.events]
     assert names.count("cursor_save_failed") == 1
     assert "daemon_stopped_unsaved" in names
     assert code == 1

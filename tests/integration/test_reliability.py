@@ -24,11 +24,10 @@ import random
 import re
 import signal
 import subprocess
-import sys
 import threading
 import time
 import urllib.request
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, cast
@@ -42,6 +41,7 @@ from tests.support.daemon import (
     RunningDaemon,
     Samples,
     current_phase,
+    daemon_process,
     free_port,
     local_config,
     parse_metrics,
@@ -947,7 +947,7 @@ class TestConfigReload:
             other.write_and_flush([started(base, OTHER, "b" * 32), info_line(1, base + 5, OTHER)])
             last = orjson.loads(other.wait_until_readable(2)[-1])["__CURSOR"]
             journal_writer.wait_until_readable(1)
-            with _sentinel_process(path) as process:
+            with daemon_process(path) as process:
                 url = f"http://127.0.0.1:{port}/metrics"
                 await _wait_metrics(process, url, lambda s: _units_in(s, "alpha") == {UNIT})
                 write({"beta": (other_dir, [OTHER])})
@@ -977,44 +977,6 @@ class TestConfigReload:
             assert stopped["cursors_written_at_stop"] == 1
             assert stopped["cursors_stored"] == 1  # beta, the one host left after the reload
             assert CursorStore(state).load("beta") == last
-
-
-class _SentinelProcess(subprocess.Popen[bytes]):
-    events: list[dict[str, Any]]
-
-
-@contextlib.contextmanager
-def _sentinel_process(config: Path) -> Iterator[_SentinelProcess]:
-    """``python -m vllm_sentinel run --config F --log-format json``; its log events parsed."""
-    argv = [sys.executable, "-m", "vllm_sentinel", "run", "--config", str(config)]
-    process = cast(
-        _SentinelProcess,
-        subprocess.Popen(
-            [*argv, "--log-format", "json"],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        ),
-    )
-    process.events = []
-
-    def read() -> None:
-        assert process.stderr is not None
-        for line in process.stderr:
-            with contextlib.suppress(orjson.JSONDecodeError):
-                process.events.append(orjson.loads(line))
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    try:
-        yield process
-    finally:
-        if process.poll() is None:
-            process.kill()
-        process.wait(10)
-        reader.join(10)
-        assert process.stderr is not None
-        process.stderr.close()
 
 
 def _get(url: str) -> str:

@@ -1,15 +1,19 @@
-"""Run the real daemon in-process for tests, and read its /metrics and /status over HTTP."""
+"""Run the real daemon for tests (in-process, or as ``python -m vllm_sentinel run``), and read
+its /metrics and /status over HTTP."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import socket
+import subprocess
+import sys
+import threading
 import time
 import urllib.request
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import orjson
 from prometheus_client.parser import text_string_to_metric_families
@@ -198,3 +202,45 @@ class CounterSums:
                 key = dict(ls)[label]
                 out[key] = out.get(key, 0.0) + v
         return out
+
+
+class DaemonProcess(subprocess.Popen[bytes]):
+    """``python -m vllm_sentinel run`` as a child; ``events``: its JSON log events so far."""
+
+    events: list[dict[str, Any]]
+
+
+@contextlib.contextmanager
+def daemon_process(config: Path) -> Iterator[DaemonProcess]:
+    """``python -m vllm_sentinel run --config CONFIG --log-format json``, its stderr read by a
+    thread into ``events``; killed if still running on the way out, and its log read to the
+    end (``events`` is complete after the ``with``)."""
+    argv = [sys.executable, "-m", "vllm_sentinel", "run", "--config", str(config)]
+    process = cast(
+        DaemonProcess,
+        subprocess.Popen(
+            [*argv, "--log-format", "json"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        ),
+    )
+    process.events = []
+
+    def read() -> None:
+        assert process.stderr is not None
+        for line in process.stderr:
+            with contextlib.suppress(orjson.JSONDecodeError):
+                process.events.append(orjson.loads(line))
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait(10)
+        reader.join(10)
+        assert process.stderr is not None
+        process.stderr.close()

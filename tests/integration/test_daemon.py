@@ -20,7 +20,6 @@ from tests.support.daemon import (
     value,
 )
 from tests.support.journal_writer import (
-    MESSAGE_ID_STARTED,
     JournalWriter,
     LogClock,
     manager_line,
@@ -586,10 +585,7 @@ async def test_a_directory_of_several_machines_is_followed_whole(
     with JournalWriter(journal_writer.path.parent, "newer-boot", binary=journal_remote) as newer:
         newer.write_readable(
             [
-                manager_line(
-                    other, B, f"Started {other}.", MESSAGE_ID_STARTED, clock.us(1),
-                    boot_id="e" * 32,
-                )
+                unit_started(other, B, clock.us(1), boot_id="e" * 32)
             ]
         )  # fmt: skip
         async with running_daemon(config) as daemon:

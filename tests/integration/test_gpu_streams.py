@@ -24,6 +24,7 @@ from tests.integration.test_reliability import (
     daemon_with_sink,
     hour_ago_us,
     started,
+    until,
 )
 from tests.support.daemon import Samples, free_port, value
 from tests.support.journal_writer import JournalWriter
@@ -188,24 +189,19 @@ class TestNvidiaSmiStreams:
 
             task = asyncio.create_task(poller.run(emit))
             try:
-                await _until(lambda: len(readings) >= 3 and poller.state.up)
+                await until(
+                    lambda: len(readings) >= 3 and poller.state.up, 20, "three readings, up"
+                )
                 state.write_text(json.dumps({"exit_code": 6, "message": "No devices found"}))
-                await _until(lambda: not poller.state.up)
+                await until(lambda: not poller.state.up, 20, "down")
                 assert poller.state.reason == "command_failed"
                 state.write_text(smi_state(1500))
-                await _until(lambda: poller.state.up)
+                await until(lambda: poller.state.up, 20, "up again")
                 assert poller.state.reconnects_total == 1
                 assert readings[-1].devices[0].memory_used_bytes == 1500 * MIB
             finally:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
-
-
-async def _until(predicate: Any, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.02)
 
 
 async def test_daemon_exports_malformed_lines_and_keeps_two_streams(

@@ -48,11 +48,11 @@ from tests.support.daemon import (
     value,
 )
 from tests.support.journal_writer import (
-    MESSAGE_ID_STARTED,
     JournalWriter,
     manager_line,
     service_line,
     to_realtime_us,
+    unit_started,
 )
 from tests.support.ssh_server import SshTestServer
 from tests.support.tcp_proxy import BlackholeProxy
@@ -98,10 +98,7 @@ def info_line(seq: int, realtime_us: int, unit: str = UNIT) -> dict[str, str | b
 
 
 def started(realtime_us: int, unit: str = UNIT, invocation: str = INVOCATION) -> dict[str, Any]:
-    message = f"Started {unit}."
-    return manager_line(
-        unit, invocation, message, MESSAGE_ID_STARTED, realtime_us, extra=monotonic(realtime_us)
-    )
+    return unit_started(unit, invocation, realtime_us, extra=monotonic(realtime_us))
 
 
 def hour_ago_us() -> int:

@@ -30,7 +30,7 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Self
+from typing import IO, Any, Self
 
 import orjson
 
@@ -205,12 +205,16 @@ def manager_line(
 
 
 def unit_started(
-    unit: str, invocation_id: str, realtime_us: int, description: str | None = None
+    unit: str,
+    invocation_id: str,
+    realtime_us: int,
+    description: str | None = None,
+    **fields: Any,
 ) -> dict[str, str | bytes | int]:
     """systemd's ``Started UNIT.`` (``Started UNIT - DESCRIPTION.`` with a description), with
-    its catalog MESSAGE_ID: an incarnation begins."""
+    its catalog MESSAGE_ID: an incarnation begins (``fields``: ``manager_line``'s keywords)."""
     text = f"Started {unit} - {description}." if description else f"Started {unit}."
-    return manager_line(unit, invocation_id, text, MESSAGE_ID_STARTED, realtime_us)
+    return manager_line(unit, invocation_id, text, MESSAGE_ID_STARTED, realtime_us, **fields)
 
 
 def unit_failed(

@@ -22,15 +22,15 @@ name as it is, the cursor alone, maybe ``unsettled_since=``) are read, and renam
 encoding differs, so an upgrade keeps its cursors.
 
 Writes are coalesced: the daemon flushes at a bounded interval and once on shutdown. One flush
-writes at a time: a flush waits for the one in flight (the periodic flush cancelled on shutdown
-keeps writing in its worker thread), and a write that fails keeps its states pending for the
-next flush; failures are counted (``failures_total``), logged at most once a minute with how
-many there were (``cursor_save_failed``), and the recovery is logged once (``cursor_saved``).
+writes at a time (``serial_flush.SerialFlush``): a flush waits for the one in flight (the
+periodic flush cancelled on shutdown keeps writing in its worker thread), and a write that
+fails keeps its states pending for the next flush; failures are counted (``failures_total``),
+logged at most once a minute with how many there were (``cursor_save_failed``), and the
+recovery is logged once (``cursor_saved``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
 import tempfile
 import threading
@@ -50,6 +50,7 @@ from vllm_sentinel.atomic_file import replace_file, sync_directory
 from vllm_sentinel.counters import UnitCounters, from_micros, micros
 from vllm_sentinel.errors import StateDirectoryError
 from vllm_sentinel.log import Throttle
+from vllm_sentinel.serial_flush import SerialFlush
 
 __all__ = [
     "FAILURE_LOG_INTERVAL_SECONDS",
@@ -176,7 +177,7 @@ class CursorStore:
         self._warned: set[str] = set()  # hosts whose unreadable file was logged
         self._state_lock = threading.Lock()  # _marked, _saved, _dirty, the failure figures
         self._write_lock = threading.Lock()  # one writer of the files at a time
-        self._in_flight: asyncio.Future[int] | None = None
+        self._flush = SerialFlush(self.flush_sync, lambda: self.pending)
         self.failures_total = 0
         self.saved_at: datetime | None = None  # the last successful write (wall clock)
         self._failing = False
@@ -326,15 +327,7 @@ class CursorStore:
             How many hosts' files were written; 0 when nothing changed or the write failed
             (counted, logged at most once a minute; the states stay pending for the next flush).
         """
-        previous = self._in_flight
-        if previous is not None and not previous.done():
-            # wait without taking over its outcome; our own cancellation still propagates
-            await asyncio.wait({previous})
-        if not self._dirty:
-            return 0
-        flight = asyncio.ensure_future(asyncio.to_thread(self.flush_sync))
-        self._in_flight = flight
-        return await asyncio.shield(flight)
+        return await self._flush()
 
     def flush_sync(self) -> int:
         """The same as ``flush``, for threads and shutdown paths without an event loop.

@@ -10,9 +10,9 @@ Files: ``<state directory>/history/<host>/<unit>.json``, the names percent-encod
 name and back. A file holds ``{"format": 1, "host", "unit", "starts": [...]}``. ``load`` reads
 every file once, at start, in a worker thread; ``flush`` writes the changed units atomically
 (``atomic_file.write_atomically``: a unique temporary file, fsync, rename, fsync of the
-directory), at most one flush at a time, like ``cursors.CursorStore``. A file that cannot be
-read or does not hold a valid history is reported once (``history_file_corrupt``, a warning
-naming the file and the error), counted in
+directory), at most one flush at a time (``serial_flush.SerialFlush``), like
+``cursors.CursorStore``. A file that cannot be read or does not hold a valid history is
+reported once (``history_file_corrupt``, a warning naming the file and the error), counted in
 ``vllm_sentinel_records_skipped_total{reason="history_file_corrupt"}`` of its host, renamed to
 ``….json.corrupt`` (kept for a person to read, never read again) and otherwise ignored: the
 unit's history starts afresh.
@@ -20,7 +20,6 @@ unit's history starts afresh.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import threading
@@ -37,6 +36,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationErro
 from vllm_sentinel.atomic_file import write_atomically
 from vllm_sentinel.eta import HISTORY_SIZE, remember
 from vllm_sentinel.phases import Phase
+from vllm_sentinel.serial_flush import SerialFlush
 from vllm_sentinel.snapshot import StartupRecord
 
 __all__ = ["HISTORY_SKIP_REASON", "HistoryStore", "decode_name", "encode_name"]
@@ -161,7 +161,7 @@ class HistoryStore:
         self._dirty: set[_Key] = set()
         self._state_lock = threading.Lock()  # _records and _dirty
         self._write_lock = threading.Lock()  # one writer of the files at a time
-        self._in_flight: asyncio.Future[int] | None = None
+        self._flush = SerialFlush(self.flush_sync, lambda: bool(self._dirty))
 
     # --- reading -------------------------------------------------------------------------
 
@@ -242,14 +242,7 @@ class HistoryStore:
             How many files were written; 0 when nothing changed or the write failed
             (``history_save_failed`` is logged and the units stay pending).
         """
-        previous = self._in_flight
-        if previous is not None and not previous.done():
-            await asyncio.wait({previous})
-        if not self._dirty:
-            return 0
-        flight = asyncio.ensure_future(asyncio.to_thread(self.flush_sync))
-        self._in_flight = flight
-        return await asyncio.shield(flight)
+        return await self._flush()
 
     def flush_sync(self) -> int:
         """The same as ``flush``, blocking; never raises ``OSError``."""

@@ -27,7 +27,7 @@ B = "b" * 32
 POLICY = ProbePolicy(ProbeSettings(enabled=True, unhealthy_after_seconds=60.0))
 
 
-def _line(second: float, text: str, invocation: str = A, pid: int = 500) -> Record:
+def _line(second: float, text: str, invocation: str = A, pid: int = 500, **fields: Any) -> Record:
     return Record(
         text,
         T0 + timedelta(seconds=second),
@@ -35,20 +35,12 @@ def _line(second: float, text: str, invocation: str = A, pid: int = 500) -> Reco
         unit=UNIT,
         invocation_id=invocation,
         pid=pid,
+        **fields,
     )
 
 
 def _systemd(second: float, text: str, invocation: str = A) -> Record:
-    return Record(
-        text,
-        T0 + timedelta(seconds=second),
-        host=HOST,
-        unit=UNIT,
-        invocation_id=invocation,
-        pid=1,
-        syslog_identifier="systemd",
-        from_manager=True,
-    )
+    return _line(second, text, invocation, 1, syslog_identifier="systemd", from_manager=True)
 
 
 START = [

@@ -9,7 +9,6 @@ from __future__ import annotations
 import http.client
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ from pathlib import Path
 
 from benchmarks.corpus import ROOT
 from benchmarks.measure import wait_until
+from tests.support.daemon import free_port
 from tests.support.journal_writer import manager_line, service_line
 
 __all__ = [
@@ -82,13 +82,6 @@ def serving_lines() -> Iterator[str]:
                 f"INFO:     10.0.{count % 250}.{count % 199}:{32768 + count % 28000} - "
                 '"POST /v1/chat/completions HTTP/1.1" 200 OK'
             )
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def host_table(

@@ -39,6 +39,7 @@ from typing import Any, Self
 
 import asyncssh
 
+from tests.support.daemon import free_port
 from vllm_sentinel.transport import SshSettings
 
 __all__ = [
@@ -46,7 +47,6 @@ __all__ = [
     "RelayedChild",
     "SshServerThread",
     "SshTestServer",
-    "free_port",
     "generate_keys",
 ]
 
@@ -93,22 +93,6 @@ def _settings(
     }
     values.update(overrides)
     return SshSettings(**values)  # type: ignore[arg-type]
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-    _assert_port_free(port)
-    return port
-
-
-def _assert_port_free(port: int) -> None:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.settimeout(0.5)
-        if probe.connect_ex(("127.0.0.1", port)) == 0:
-            raise RuntimeError(f"127.0.0.1:{port} is already in use (a stale server?)")
 
 
 @dataclass(slots=True)

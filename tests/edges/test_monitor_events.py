@@ -11,7 +11,7 @@ from typing import Any
 
 from structlog.testing import capture_logs
 
-from tests.support.monitor_driver import KIMI_INCIDENT, ManualClock, journal_records, play
+from tests.support.monitor_driver import KIMI_INCIDENT, ManualClock, events, journal_records, play
 from tests.support.records import T0, Journal
 from vllm_sentinel.journal import JournalBatch
 from vllm_sentinel.monitor import GpuSample, HostPlan, Monitor, Tick
@@ -23,10 +23,6 @@ from vllm_sentinel.snapshot import GpuDevice, GpuProcess, GpuReading
 HOST = "llm-two"
 UNIT = "vllm-kimi-k25.service"
 LOADING = datetime(2026, 11, 28, 23, 37, 52, 118000, tzinfo=UTC)  # second `Starting to load model`
-
-
-def _events(logs: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
-    return [event for event in logs if event["event"] == name]
 
 
 def test_phase_changes_and_the_crash_are_one_event_each() -> None:
@@ -41,7 +37,7 @@ def test_phase_changes_and_the_crash_are_one_event_each() -> None:
         monitor.publish()
         monitor.publish()  # nothing new: no event repeats
 
-    crashes = _events(logs, "unit_crashed")
+    crashes = events(logs, "unit_crashed")
     assert len(crashes) == 1
     crash = crashes[0]
     assert crash["log_level"] == "warning"
@@ -57,7 +53,7 @@ def test_phase_changes_and_the_crash_are_one_event_each() -> None:
     assert crash["hint"].startswith("`pip install flashinfer-cubin==0.6.4`")
     assert crash["runbook"] == "docs/runbook.md#dependency_mismatch"
 
-    changes = _events(logs, "unit_phase_changed")
+    changes = events(logs, "unit_phase_changed")
     second = [event for event in changes if event["invocation_id"] != crash["invocation_id"]]
     assert [event["phase"] for event in second][-1] == "loading_weights"
     assert all(event["host"] == HOST and event["unit"] == UNIT for event in changes)
@@ -77,7 +73,7 @@ def test_a_stall_is_logged_once_when_it_begins_and_once_when_it_clears() -> None
             clock.at = LOADING + timedelta(seconds=seconds)
             monitor.apply(Tick(clock.at))
             monitor.publish()
-        stalled = _events(logs, "unit_stalled")
+        stalled = events(logs, "unit_stalled")
         assert len(stalled) == 1
         assert stalled[0]["log_level"] == "warning"
         assert stalled[0]["phase"] == "loading_weights"
@@ -94,11 +90,11 @@ def test_a_stall_is_logged_once_when_it_begins_and_once_when_it_clears() -> None
         resumed = shard._replace(realtime=clock.at)
         monitor.apply(JournalBatch(HOST, (resumed,), resumed.cursor))
         monitor.publish()
-    cleared = _events(logs, "unit_stall_cleared")
+    cleared = events(logs, "unit_stall_cleared")
     assert [(event["invocation_id"], event["phase"]) for event in cleared] == [
         (invocation, "loading_weights")
     ]
-    assert len(_events(logs, "unit_stalled")) == 1
+    assert len(events(logs, "unit_stalled")) == 1
     (unit,) = monitor.latest.hosts[0].units
     assert not unit.stalled
 
@@ -106,7 +102,7 @@ def test_a_stall_is_logged_once_when_it_begins_and_once_when_it_clears() -> None
 def _phase_events(logs: list[dict[str, Any]]) -> list[tuple[str, str, str | None]]:
     return [
         (event["invocation_id"], event["phase"], event["previous_phase"])
-        for event in _events(logs, "unit_phase_changed")
+        for event in events(logs, "unit_phase_changed")
     ]
 
 
@@ -161,7 +157,7 @@ def test_history_is_not_logged_and_its_end_logs_each_unit_once() -> None:
     ((invocation, phase, previous),) = _phase_events(logs)
     assert (phase, previous) == ("loading_weights", None)
     assert invocation == records[-1].invocation_id
-    assert _events(logs, "unit_crashed") == []  # history: the first crash was not counted
+    assert events(logs, "unit_crashed") == []  # history: the first crash was not counted
 
 
 def test_crash_hint_names_the_other_gpu_processes() -> None:
@@ -198,7 +194,7 @@ def test_crash_hint_names_the_other_gpu_processes() -> None:
         clock.at = T0 + timedelta(seconds=60)
         monitor.apply(Tick(clock.at))
         monitor.publish()
-    (crash,) = _events(logs, "unit_crashed")
+    (crash,) = events(logs, "unit_crashed")
     assert crash["cause"] == "gpu_memory_in_use"
     assert crash["hint"] == (
         "GPU cuda:0 had 10.00 GiB free of 80.00 GiB; `--gpu-memory-utilization 0.90` wants "
@@ -247,7 +243,7 @@ def test_crashes_that_settle_together_are_one_event_each_with_their_own_cause() 
         monitor.apply(Tick(T0 + timedelta(seconds=60)))  # all three settle now
         monitor.publish()
         monitor.publish()
-    crashes = _events(logs, "unit_crashed")
+    crashes = events(logs, "unit_crashed")
     assert [(c["invocation_id"], c["cause"], c["crashes_total"]) for c in crashes] == [
         (f"{n + 1:032x}", cause, n + 1) for n, cause in enumerate(exceptions)
     ]

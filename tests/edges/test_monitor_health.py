@@ -11,7 +11,7 @@ from typing import Any
 
 from structlog.testing import capture_logs
 
-from tests.support.monitor_driver import ManualClock
+from tests.support.monitor_driver import ManualClock, events
 from vllm_sentinel.health import HealthProbeResult, ProbeOutcome, ProbePolicy, ProbeSettings
 from vllm_sentinel.journal import JournalBatch
 from vllm_sentinel.monitor import HostPlan, Monitor, Tick
@@ -104,10 +104,6 @@ def _probe(
     monitor.publish()
 
 
-def _events(logs: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
-    return [event for event in logs if event["event"] == name]
-
-
 def test_a_probe_of_another_incarnation_is_dropped() -> None:
     """A result sent for an incarnation that is not the current one changes nothing."""
     clock = ManualClock(T0)
@@ -146,8 +142,8 @@ def test_unhealthy_turns_on_with_time_alone_and_is_logged_once() -> None:
         _probe(monitor, clock, 120, ProbeOutcome.UP)
         health = _unit(monitor).health
         assert health is not None and not health.unhealthy
-    assert len(_events(logs, "unit_unhealthy")) == 1
-    assert len(_events(logs, "unit_unhealthy_cleared")) == 1
+    assert len(events(logs, "unit_unhealthy")) == 1
+    assert len(events(logs, "unit_unhealthy_cleared")) == 1
     assert _unit(monitor).current.phase is Phase.READY  # type: ignore[union-attr]
 
 
@@ -177,7 +173,7 @@ def test_ready_from_a_probe_then_the_logs_catch_up_then_a_crash() -> None:
         unit = _unit(monitor)
         assert unit.current is not None and unit.current.phase is Phase.CRASHED
         assert unit.health is None and unit.ready_source is None
-    phases = [event["phase"] for event in _events(logs, "unit_phase_changed")]
+    phases = [event["phase"] for event in events(logs, "unit_phase_changed")]
     assert phases == ["loading_weights", "ready", "crashed"]
 
 

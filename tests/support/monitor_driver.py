@@ -5,7 +5,8 @@ replayed record by record.
 applies records the way the journal source hands them over, one ``JournalBatch`` each, with the
 clock set to the record's log time and a publish after each, so a test can stop at any moment
 of a recorded incident. ``journal_records`` decodes a ``journalctl -o json`` file of
-``tests/golden/journal`` (``KIMI_INCIDENT``: the flashinfer crash, then a nine-minute load).
+``tests/golden/journal`` (``KIMI_INCIDENT``: the flashinfer crash, then a nine-minute load);
+``events`` picks the Monitor's log events of one name out of structlog's ``capture_logs``.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from vllm_sentinel.journal_json import JournalJsonDecoder
 from vllm_sentinel.monitor import Monitor
 from vllm_sentinel.record import Record
 
-__all__ = ["KIMI_INCIDENT", "ManualClock", "journal_records", "play"]
+__all__ = ["KIMI_INCIDENT", "ManualClock", "events", "journal_records", "play"]
 
 KIMI_INCIDENT = (
     Path(__file__).resolve().parents[1]
@@ -62,3 +63,8 @@ def play(
         clock.at = record.realtime
         monitor.apply(JournalBatch(record.host, (record,), record.cursor, **batch))
         monitor.publish()
+
+
+def events(logs: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
+    """The captured log events named ``name``, in order."""
+    return [event for event in logs if event["event"] == name]

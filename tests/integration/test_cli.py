@@ -17,10 +17,10 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-import bcrypt
 import pytest
 
 from tests.support.daemon import current_phase, free_port, parse_metrics, value
+from tests.support.http_client import bcrypt_hash, fetch
 from tests.support.http_errors import closed
 from tests.support.snapshots import basic_snapshot
 from tests.support.tls import write_self_signed
@@ -215,7 +215,7 @@ def _exporter(tls_files: tuple[Path, Path] | None, users: bool) -> Iterator[str]
         if cert_file is not None and key_file is not None
         else None
     )
-    hashed = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(rounds=4)).decode()
+    hashed = bcrypt_hash(PASSWORD)
     authenticator = BasicAuthenticator({"prometheus": hashed}) if users else None
     registry = make_registry(SentinelCollector(basic_snapshot))
     app = make_app(registry, lambda: status_document(basic_snapshot()), authenticator=authenticator)
@@ -399,13 +399,10 @@ def test_demo_shows_phases_moving_and_crash_causes() -> None:
 def _unit_state(url: str, unit: str) -> tuple[int, dict[str, object]] | None:
     """GET /units/demo-gpu-01/UNIT: (status, JSON), or None while the server is starting."""
     try:
-        with urllib.request.urlopen(f"{url}/units/demo-gpu-01/{unit}", timeout=5) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as error:
-        with error:
-            return error.code, json.loads(error.read())
+        reply = fetch(f"{url}/units/demo-gpu-01/{unit}")
     except OSError:
         return None
+    return reply.status, reply.json()
 
 
 @pytest.mark.integration

@@ -1,5 +1,4 @@
-"""The chaos tfrom tests.support.http_errors import closed
-est's parts: ground truth, unit scripts, the daemon process, the SSH server.
+"""The chaos test's parts: ground truth, unit scripts, the daemon process, the SSH server.
 
 * ``UnitTruth`` — what a unit really did (every start, crash with its cause, record by level,
   the phase it ends in, its last crash), updated by the same code that writes its journal
@@ -26,7 +25,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -35,8 +33,7 @@ from typing import Any
 
 import orjson
 
-from tests.support.daemon import Samples, parse_metrics
-from tests.support.http_errors import closed
+from tests.support.daemon import Samples, scrape
 from tests.support.journal_writer import (
     MESSAGE_ID_STARTED,
     MESSAGE_ID_STOPPED,
@@ -354,14 +351,7 @@ class SentinelProcess:
 
     def scrape(self) -> Samples | None:
         """One scrape of /metrics, as Prometheus does; ``None`` while nothing answers."""
-        try:
-            with urllib.request.urlopen(
-                f"http://127.0.0.1:{self.port}/metrics", timeout=10
-            ) as response:
-                return parse_metrics(response.read().decode())
-        except OSError as error:
-            closed(error)
-            return None
+        return scrape(f"http://127.0.0.1:{self.port}/metrics")
 
     def wait_serving(self, hosts: set[str], timeout: float = 60) -> Samples:
         """Scrape until the journal collector of every host in ``hosts`` is up."""

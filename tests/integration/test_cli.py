@@ -19,9 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.daemon import current_phase, free_port, parse_metrics, value
+from tests.support.daemon import current_phase, free_port, parse_metrics, scrape, value
 from tests.support.http_client import bcrypt_hash, fetch
-from tests.support.http_errors import closed
 from tests.support.snapshots import basic_snapshot
 from tests.support.tls import write_self_signed
 from vllm_sentinel.exporter import SentinelCollector, make_registry
@@ -339,11 +338,8 @@ def _watch_demo(url: str) -> tuple[set[str], set[str], bool, list[float], bool]:
     while time.monotonic() < deadline and not (
         causes >= wanted and stalled and len(phases) >= 3 and slow and counting_down()
     ):
-        try:
-            with urllib.request.urlopen(url + "/metrics", timeout=5) as response:
-                samples = parse_metrics(response.read().decode())
-        except OSError as error:
-            closed(error)
+        samples = scrape(url + "/metrics")
+        if samples is None:
             time.sleep(0.2)  # the server is still starting: poll again, bounded by the deadline
             continue
         phase = current_phase(samples, "vllm-kimi-k25.service")

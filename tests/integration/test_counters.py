@@ -18,7 +18,6 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -34,11 +33,10 @@ from tests.support.daemon import (
     free_port,
     local_config,
     local_config_text,
-    parse_metrics,
     running_daemon,
+    scrape,
     value,
 )
-from tests.support.http_errors import closed
 from tests.support.journal_writer import (
     JournalWriter,
     LogClock,
@@ -350,21 +348,12 @@ def test_an_unwritable_state_directory_refuses_to_start(tmp_path: Path) -> None:
     assert not any(home.rglob("*.cursor"))
 
 
-def _scrape(port: int) -> dict[tuple[str, frozenset[tuple[str, str]]], float] | None:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-            return parse_metrics(response.read().decode())
-    except OSError as error:
-        closed(error)
-        return None
-
-
 def _poll(
     port: int, predicate: object, timeout: float = 30
 ) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        samples = _scrape(port)
+        samples = scrape(f"http://127.0.0.1:{port}/metrics")
         if samples is not None and callable(predicate) and predicate(samples):
             return samples
         time.sleep(0.1)

@@ -18,6 +18,7 @@ from typing import Any, cast
 import orjson
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.support.http_errors import closed
 from vllm_sentinel.config import Config, parse_config
 from vllm_sentinel.daemon import Daemon
 
@@ -77,6 +78,17 @@ def parse_metrics(text: str) -> Samples:
         for sample in family.samples:
             samples[(sample.name, frozenset(sample.labels.items()))] = sample.value
     return samples
+
+
+def scrape(url: str, timeout: float = 10.0) -> Samples | None:
+    """One scrape of ``url`` (a ``/metrics``), parsed as Prometheus would; ``None`` while
+    nothing answers there (``OSError``: the daemon is starting, or gone)."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return parse_metrics(response.read().decode())
+    except OSError as error:
+        closed(error)  # an HTTPError holds its socket
+        return None
 
 
 def value(samples: Samples, name: str, **labels: str) -> float | None:

@@ -4,7 +4,9 @@
 The alert rules cannot call Python, and the hint text must not be a label (labels stay
 bounded), so the `hint` annotation of VllmCrashed and VllmCrashLooping is a Go template that
 picks the cause's hint by its `cause` label (`{{ if eq $labels.cause "…" }}`), with the
-phase variants of a cause nested by the `phase` label, and ends with a link to the cause's
+phase variants of a cause nested by the phase of the latest crash of that cause (read with a
+query of `vllm_sentinel_unit_last_crash_info`: the phase is not an alert label, so that the
+alert keeps its identity while it fires), and ends with a link to the cause's
 runbook section. This script writes that template from `CAUSE_HINTS` into
 deploy/prometheus/vllm-sentinel-rules.yml, after the `# hint: generated …` comment of each
 alert. Edit the hints, run it, commit both: tests/rules/test_rules.py checks the file is what
@@ -41,7 +43,15 @@ NBSP = "\x00"
 
 # alert → (expression of the cause, of the phase, template text before and after the chain)
 ALERTS: dict[str, tuple[str, str, str, str]] = {
-    "VllmCrashed": ("$labels.cause", "$labels.phase", "", ""),
+    "VllmCrashed": (
+        "$labels.cause",
+        "$phase",
+        '{{- $phase := "" }}{{ with printf '
+        '"vllm_sentinel_unit_last_crash_info{job=%q,host=%q,unit=%q,cause=%q}" '
+        "$labels.job $labels.host $labels.unit $labels.cause | query }}{{ with first . }}"
+        "{{ $phase = .Labels.phase }}{{ end }}{{ end }}",
+        "",
+    ),
     "VllmCrashLooping": (
         ".Labels.cause",
         ".Labels.phase",

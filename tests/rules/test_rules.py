@@ -396,7 +396,6 @@ class TestPromtool:
                 series.append(
                     {"series": f"vllm_sentinel_unit_last_crash_info{{{info}}}", "values": "1x11"}
                 )
-                labels |= {"phase": phase}
                 description = f"{unit} on gpu-a crashed in phase {phase} with root cause {cause}."
             crash = CrashInfo(CrashCause(cause), "", "", Phase(phase or "crashed"), None)
             # the sentinel's own runbook (job:vllm_sentinel_runbook_url:info), the cause's section
@@ -476,19 +475,22 @@ class TestReplicas:
         assert result.returncode == 0, result.stdout + result.stderr
 
     @pytest.mark.parametrize(
-        ("layout", "before", "after"),
+        ("layout", "before", "after", "tests"),
         [
-            ("instance", "max without (instance, replica", "max without (replica"),
-            ("replica", "instance, replica, host", "instance, host"),
+            ("instance", "max without (instance, replica", "max without (replica", "crashed"),
+            # VllmLoadingStalled joins the phase (group_left) on the replica's labels
+            ("replica", "instance, replica, host", "instance, host", "loading-stalled"),
         ],
     )
-    def test_the_check_can_fail(self, tmp_path: Path, layout: str, before: str, after: str) -> None:
+    def test_the_check_can_fail(
+        self, tmp_path: Path, layout: str, before: str, after: str, tests: str
+    ) -> None:
         """Rules that keep `instance`, or join without `replica`, fail the replicated tests."""
         text = RULES_PATH.read_text(encoding="utf-8")
         assert before in text
         broken = tmp_path / "rules.yml"
         broken.write_text(text.replace(before, after), encoding="utf-8")
-        source = Path(__file__).parent / "crashed.test.yml"
+        source = Path(__file__).parent / f"{tests}.test.yml"
         copy = replicated_rule_test(
             source, tmp_path / source.name, layout=layout, rules_path=broken
         )

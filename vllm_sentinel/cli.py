@@ -134,8 +134,9 @@ def replay_command(
 
     A FILE is anything that can be opened and read: a file, a named pipe, <(cmd), /dev/stdin;
     gzip, xz, zstd and bzip2 data is decompressed (told by its first bytes, not its name).
-    Journal JSON keeps its units; each plain-text file is one unit (named "vllm", or after the
-    file when several are given). A missing path, a directory, an input that cannot be opened
+    Journal JSON keeps its units; each plain-text file is one unit (named after the unit
+    systemd's lines in it name, else "vllm", or after the file when several are given; a text
+    that names several units is read as one, with a warning). A missing path, a directory, an input that cannot be opened
     or read, corrupt compressed data or binary data (not a log) is one line on stderr and exit
     status 2, with no timeline. On a terminal, verdicts are wrapped to its width; --output json
     keeps every message whole.
@@ -165,12 +166,15 @@ def replay_command(
 
         document = to_json(result.units)
         document["skipped"] = dict(result.skipped)
+        document["warnings"] = list(result.warnings)
         click.echo(orjson.dumps(document, option=orjson.OPT_INDENT_2))
     else:
         click.echo(render_text(result.units, width=_terminal_width()), nl=False)
         if result.skipped:
             detail = ", ".join(f"{k}={v}" for k, v in sorted(result.skipped.items()))
             click.echo(f"skipped input: {detail}")
+    for warning in result.warnings:
+        click.echo(f"vllm-sentinel: warning: {warning}", err=True)
 
 
 def _terminal_width() -> int | None:

@@ -45,12 +45,14 @@ class InputFormat(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class ReplayResult:
-    """Units found in the input, and what could not be read."""
+    """Units found in the input, what could not be read, and what the reader should know
+    (``warnings``: one sentence each, e.g. a plain-text log that mixes several units)."""
 
     units: tuple[UnitSnapshot, ...]
     skipped: Counter[str] = field(default_factory=Counter)
     repaired: Counter[str] = field(default_factory=Counter)
     lines: int = 0
+    warnings: tuple[str, ...] = ()
 
 
 def detect_format(head: bytes) -> InputFormat:
@@ -186,9 +188,23 @@ def replay(
             repaired.update(decoder.repaired)
         lines += decoder.lines_total
     units = []
+    warnings: list[str] = []
     for tracker in trackers:
         tracker.finish()
-        if tracker.recognized_lines:
-            units.append(judge_at_end(tracker.snapshot()))
+        if not tracker.recognized_lines:
+            continue
+        snapshot = judge_at_end(tracker.snapshot())
+        named = [name for name in tracker.manager_units if name != tracker.unit]
+        if unit is None and tracker.unit == text_unit and named:
+            if len(named) == 1:
+                # plain text names no unit, but systemd's lines in it name exactly one
+                snapshot = replace(snapshot, unit=named[0])
+            else:
+                warnings.append(
+                    f"the text names several units ({', '.join(named)}) and plain text "
+                    "cannot tell their lines apart: they are read as one unit; replay "
+                    "`journalctl -o json` output to see each unit on its own"
+                )
+        units.append(snapshot)
     units.sort(key=lambda snapshot: (snapshot.host or "", snapshot.unit))
-    return ReplayResult(tuple(units), skipped, repaired, lines)
+    return ReplayResult(tuple(units), skipped, repaired, lines, tuple(warnings))

@@ -76,6 +76,15 @@ _TP_SIZE = re.compile(r"tensor_parallel_size[=':\s]+(\d{1,4})")
 _ERROR_LEVELS = frozenset({"ERROR", "CRITICAL"})
 _MAX_CACHED_UNITS = 1024
 _MAX_TRACE_OWNERS = 256
+_MAX_MANAGER_UNITS = 16
+# The unit a line of systemd's names: "vllm3.service: Main process exited, …" (the unit's own
+# messages, systemd src/core/unit.c log_unit_*), "Started vllm3.service - vLLM." (job results
+# since systemd 250 name the unit before its description)
+_MANAGER_UNIT = re.compile(
+    r"(?P<unit>[\w@:.\\-]{1,200}\.(?:service|scope)): "
+    r"|(?:Started|Starting|Stopping|Stopped|Failed to start) (?P<started>[\w@:.\\-]{1,200}"
+    r"\.(?:service|scope)) - "
+)
 _NON_DEFAULT_ARGS = "non-default args: {"  # vLLM 0.9+: the whole dict of non-default args
 # V0's single-device executors (vllm/executor/gpu_executor.py … 0.3–0.6) size the KV cache
 # themselves; the multi-device ones log it from distributed_gpu_executor.py and the like
@@ -174,6 +183,9 @@ class UnitTracker:
         self.benign_errors_total = 0
         self.duplicates_total = 0
         self.recognized_lines = 0  # lines that looked like vLLM's or systemd's (replay checks)
+        # units systemd's own lines name ("vllm3.service: Main process exited…"): plain text
+        # names none itself, so replay can name the unit after them (bounded, in order seen)
+        self.manager_units: dict[str, None] = {}
         self._phase_durations: dict[Phase, float] = {}
         self._startup_duration: float | None = None
         self._snapshot: UnitSnapshot | None = None  # the last snapshot, while nothing changed
@@ -476,6 +488,9 @@ class UnitTracker:
         if matched is None:
             return
         self.recognized_lines += 1
+        named = _MANAGER_UNIT.match(line)
+        if named is not None and len(self.manager_units) < _MAX_MANAGER_UNITS:
+            self.manager_units[named.group("unit") or named.group("started") or ""] = None
         event, groups = matched
         if event is SystemdEvent.BOOT:
             current = self._incs.current()

@@ -136,10 +136,10 @@ def replay_command(
     gzip, xz, zstd and bzip2 data is decompressed (told by its first bytes, not its name).
     Journal JSON keeps its units; each plain-text file is one unit (named after the unit
     systemd's lines in it name, else "vllm", or after the file when several are given; a text
-    that names several units is read as one, with a warning). A missing path, a directory, an input that cannot be opened
-    or read, corrupt compressed data or binary data (not a log) is one line on stderr and exit
-    status 2, with no timeline. On a terminal, verdicts are wrapped to its width; --output json
-    keeps every message whole.
+    that names several units is read as one, with a warning). A missing path, a directory, an
+    input that cannot be opened or read, corrupt compressed data or binary data (not a log) is
+    one line on stderr and exit status 2, with no timeline. On a terminal, verdicts are wrapped
+    to its width; --output json keeps every message whole.
     """
     from datetime import UTC, datetime
 

@@ -142,7 +142,6 @@ _LOOSE_ISO = re.compile(
     r"(?P<date>\d{4}-\d\d-\d\d)[ T](?P<clock>\d\d:\d\d:\d\d(?:[.,]\d+)?)"
     r"(?: ?(?P<zone>Z|[+-]\d\d:?\d\d))?"
 )
-_NO_WRAPPER = (None, None, None, None, None, None, False)  # Record fields after unit
 _MANAGER_IDENTS = frozenset({"systemd", "kernel"})
 _new_record = tuple.__new__  # Record without the keyword-default wrapper (hot path)
 
@@ -258,25 +257,21 @@ class TextLogDecoder:
         if not self._paste.passthrough:
             self._emit(lines, records)
             return
-        append = records.append
-        unwrap = self._unwrap
         for line in lines:
             if line.startswith("-- ") and line.endswith(" --"):
-                append(Record(line, host=self.host, unit=self.unit, from_manager=True))
+                records.append(Record(line, host=self.host, unit=self.unit, from_manager=True))
             else:
-                append(unwrap(line))
+                records.append(self._unwrap(line))
 
     def _emit(self, lines: list[str], records: list[Record]) -> None:
         """Records of cleaned physical lines, through the paste repairs while they run."""
         if not self._paste.passthrough:
             lines = self._paste.push(lines)
-        append = records.append
-        unwrap = self._unwrap
         for line in lines:
             if line.startswith("-- ") and line.endswith(" --"):
-                append(Record(line, host=self.host, unit=self.unit, from_manager=True))
+                records.append(Record(line, host=self.host, unit=self.unit, from_manager=True))
             else:
-                append(unwrap(line))
+                records.append(self._unwrap(line))
 
     def flush(self) -> list[Record]:
         """Decode what is left after the last newline (end of input), and all that is held."""
@@ -343,18 +338,24 @@ class TextLogDecoder:
                 return end
         return 0
 
+    def _plain(self, line: str) -> Record:
+        """A line without wrapper (hot path: no keyword defaults, no unpacking)."""
+        return _new_record(
+            Record, (line, None, self.host, self.unit, None, None, None, None, None, None, False)
+        )
+
     def _unwrap(self, line: str) -> Record:
         first = line[:1]
         if first.isdigit():
             wrappers = _DIGIT_WRAPPERS
         elif first.isalpha():
             if _VLLM_HEADER_START.match(line) is not None:  # no wrapper can match (see above)
-                return _new_record(Record, (line, None, self.host, self.unit, *_NO_WRAPPER))
+                return self._plain(line)
             wrappers = _ALPHA_WRAPPERS
         elif first == "[":
             wrappers = ()  # only an unknown tool's prefix (``_FOREIGN_PREFIX``) may be there
         else:
-            return _new_record(Record, (line, None, self.host, self.unit, *_NO_WRAPPER))
+            return self._plain(line)
         realtime: datetime | None = None
         pid: int | None = None
         ident: str | None = None

@@ -221,41 +221,47 @@ class UnitTracker:
         """Apply records in order (as ``feed`` each); return how many were not duplicates."""
         self._snapshot = None
         applied = 0
-        feed_line = self._feed_line
-        seen = self._seen.seen
         clock = self._clock
         crashes = self._crashes
-        for record in records:
-            cursor = record.cursor
-            if cursor is not None and seen(cursor):
-                self.duplicates_total += 1
-                continue
-            applied += 1
-            time = record.realtime
-            if time is not None:
-                clock.observe(time)
-                if self._latest_time is None or time > self._latest_time:
-                    self._latest_time = time
-            message = record.message
-            if record.from_manager or record.syslog_identifier in _MANAGER_IDENTS:
-                for line in message.split("\n") if "\n" in message else (message,):
-                    self._feed_manager(record, line, time or clock.last_time)
-            elif "\n" in message:
-                # one journal entry is one record, whatever its MESSAGE holds: its level is
-                # its first line's
-                lines = message.split("\n")
-                feed_line(record, lines[0], time)
-                level = self._line_level
-                for line in lines[1:]:
-                    feed_line(record, line, time)
-                if self._counting:
-                    self.records_by_level[level] += 1
-            else:
-                feed_line(record, message, time)
-                if self._counting:
-                    self.records_by_level[self._line_level] += 1
-            if crashes.unsettled and self._settle_while_feeding:
-                crashes.settle_due(self._latest_time, self._printing_traceback)
+        # per level, counted here and added once (a Counter's item update is a slow call)
+        levels: dict[str, int] = {}
+        try:
+            for record in records:
+                cursor = record.cursor
+                if cursor is not None and self._seen.seen(cursor):
+                    self.duplicates_total += 1
+                    continue
+                applied += 1
+                time = record.realtime
+                if time is not None:
+                    clock.observe(time)
+                    if self._latest_time is None or time > self._latest_time:
+                        self._latest_time = time
+                message = record.message
+                if record.from_manager or record.syslog_identifier in _MANAGER_IDENTS:
+                    for line in message.split("\n") if "\n" in message else (message,):
+                        self._feed_manager(record, line, time or clock.last_time)
+                elif "\n" in message:
+                    # one journal entry is one record, whatever its MESSAGE holds: its level is
+                    # its first line's
+                    lines = message.split("\n")
+                    self._feed_line(record, lines[0], time)
+                    level = self._line_level
+                    for line in lines[1:]:
+                        self._feed_line(record, line, time)
+                    if self._counting:
+                        levels[level] = levels.get(level, 0) + 1
+                else:
+                    self._feed_line(record, message, time)
+                    if self._counting:
+                        level = self._line_level
+                        levels[level] = levels.get(level, 0) + 1
+                if crashes.unsettled and self._settle_while_feeding:
+                    crashes.settle_due(self._latest_time, self._printing_traceback)
+        finally:
+            counts = self.records_by_level
+            for level, count in levels.items():
+                counts[level] += count
         return applied
 
     def advance(self, now: datetime) -> bool:

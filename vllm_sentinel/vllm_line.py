@@ -238,7 +238,7 @@ def parse_line(line: str) -> LineAnatomy:
     pid: int | None = None
     name: str | None = None
     position = 0
-    while line.startswith("(", position):
+    while line[position : position + 1] == "(":
         # A prefix ends at its first ")": its name, PID and ip parts hold none.
         close = line.find(")", position)
         if 0 <= close - position <= _MAX_CACHED_PREFIX:

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 from vllm_sentinel.phases import Phase
 from vllm_sentinel.vllm_line import LineKind
@@ -746,6 +746,9 @@ class MarkerMatch(NamedTuple):
 
 
 _KEY = re.compile(r"\[[^\]]{1,40}\]|[\w#'.-]+")
+_KEY_MATCH: Final = _KEY.match  # bound once: no method lookup per line (hot path)
+_NO_GROUPS: Mapping[str, str | None] = MappingProxyType({})
+_new_match = tuple.__new__  # MarkerMatch without the keyword wrapper (hot path)
 _KEY_CHARS = frozenset("#'.-_")
 
 
@@ -857,16 +860,23 @@ class MarkerMatcher:
             for key in dict.fromkeys(keys):
                 by_word.setdefault(key, []).append(marker)
         self._by_word = {word: _rows(rows) for word, rows in by_word.items()}
-        self._always = tuple(always)
-        # Rows tried on every body: each has a needle (``_keys_of`` refuses a row without one).
+        # Rows tried on every body: each has a needle (``_keys_of`` refuses a row without one),
+        # and a row without named groups has its one match made here (access lines, engine
+        # stats: most lines of a serving log).
         self._always_rows = tuple(
-            (marker.needle or "", marker.regex.search, marker.kinds) for marker in always
+            (
+                marker.needle or "",
+                marker.regex.search,
+                marker.kinds,
+                marker,
+                None if marker.regex.groupindex else MarkerMatch(marker, _NO_GROUPS),
+            )
+            for marker in always
         )
-        self._needles = tuple(needle for needle, _, _ in self._always_rows)
 
     def match(self, body: str, kind: LineKind) -> MarkerMatch | None:
         """Return the first row whose pattern matches ``body``, or ``None``."""
-        key = _KEY.match(body)
+        key = _KEY_MATCH(body)
         word = key.group() if key is not None else ""
         candidates = self._by_word.get(word)
         if candidates is None and word.startswith("["):
@@ -877,20 +887,16 @@ class MarkerMatcher:
                     continue
                 found = search(body)
                 if found is not None:
-                    return MarkerMatch(marker, found.groupdict())
-        for needle in self._needles:  # cheap pre-filter: most bodies hold no needle at all
-            if needle in body:
-                break
-        else:
-            return None
-        for index, (needle, search, kinds) in enumerate(self._always_rows):
-            if needle not in body:
-                continue
-            if kinds is not None and kind not in kinds:
+                    return _new_match(MarkerMatch, (marker, found.groupdict()))
+        # most bodies hold none of the needles: one substring test per row
+        for needle, search, kinds, marker, fixed in self._always_rows:
+            if needle not in body or (kinds is not None and kind not in kinds):
                 continue
             found = search(body)
             if found is not None:
-                return MarkerMatch(self._always[index], found.groupdict())
+                if fixed is not None:
+                    return fixed
+                return _new_match(MarkerMatch, (marker, found.groupdict()))
         return None
 
 

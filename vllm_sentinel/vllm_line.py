@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from enum import StrEnum
 from functools import lru_cache
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 import orjson
 
@@ -196,7 +196,12 @@ def _asctime(data: dict[str, object]) -> str | None:
     return asctime[:40] if asctime[4:5] == "-" else None
 
 
-_HEADER_FIRST = frozenset("DIWEC")
+# The level word a header or uvicorn line starting with this character can have, and the
+# separator after it that each needs: " " for vLLM's header, ":" for uvicorn's (hot path: one
+# regex tried instead of two, none for a line that cannot be either).
+_LEVEL_BY_FIRST: Final = {level[0]: level for level in LEVELS}
+_HEADER_MATCH: Final = _HEADER.match  # bound once: no method lookup per line (hot path)
+_UVICORN_MATCH: Final = _UVICORN.match
 _VLLM = LineKind.VLLM
 _UVICORN_KIND = LineKind.UVICORN
 _RAW = LineKind.RAW
@@ -204,18 +209,33 @@ _MAX_CACHED_PREFIX = 160
 _new_anatomy = tuple.__new__  # LineAnatomy without the keyword-default wrapper (hot path)
 
 
-@lru_cache(maxsize=4096)
-def _parse_prefix(text: str) -> tuple[int, Role | None, int | None, int, str | None] | None:
-    """Parse one process prefix ``(name pid=N)`` (text up to its ``)`` and one more character).
+_Prefix = tuple[int, Role | None, int | None, int, str | None]
+_NOT_A_PREFIX: _Prefix = (0, None, None, 0, None)
+_MAX_PREFIXES = 4096
+_prefixes: dict[str, _Prefix] = {}  # prefix text → what it says (a host has few processes)
 
-    Cached: a host has few processes, and their prefix repeats on nearly every line.
+
+def _parse_prefix(text: str) -> _Prefix:
+    """Parse one process prefix ``(name pid=N)`` (text up to its ``)`` and one more character);
+    ``_NOT_A_PREFIX`` (length 0) when it is none.
+
+    Cached in a dict (cleared when full): the prefix of a process repeats on nearly every
+    line, and a dict lookup costs a fraction of ``lru_cache``'s call in the compiled build.
     """
+    found = _prefixes.get(text)
+    if found is not None:
+        return found
     match = _PREFIX.match(text)
     if match is None:
-        return None
-    name, pid_text = match.group("name", "pid")
-    role, rank = parse_process_name(name) if name else (None, None)
-    return match.end(), role, rank, int(pid_text), name
+        found = _NOT_A_PREFIX
+    else:
+        name, pid_text = match.group("name", "pid")
+        role, rank = parse_process_name(name) if name else (None, None)
+        found = (match.end(), role, rank, int(pid_text), name)
+    if len(_prefixes) >= _MAX_PREFIXES:
+        _prefixes.clear()
+    _prefixes[text] = found
+    return found
 
 
 def parse_line(line: str) -> LineAnatomy:
@@ -245,23 +265,27 @@ def parse_line(line: str) -> LineAnatomy:
             found = _parse_prefix(line[position : close + 2])
         else:
             match = _PREFIX.match(line, position)
-            found = _parse_prefix(match.group()) if match is not None else None
-        if found is None:
+            found = _parse_prefix(match.group()) if match is not None else _NOT_A_PREFIX
+        length, found_role, found_rank, found_pid, found_name = found
+        if not length:
             break
-        length, found_role, found_rank, pid, name = found
+        pid, name = found_pid, found_name
         if name:
             role, rank = found_role, found_rank
         position += length
     first = line[position : position + 1]
-    if first in _HEADER_FIRST:
-        header = _HEADER.match(line, position)
+    level_word = _LEVEL_BY_FIRST.get(first)
+    after = position + len(level_word) if level_word is not None else 0
+    if level_word is not None and line[position:after] == level_word:
+        separator = line[after : after + 1]
+        header = _HEADER_MATCH(line, position) if separator == " " else None
         if header is not None:
             level, stamp, source = header.group(1, 2, 3)
             return _new_anatomy(
                 LineAnatomy,
                 (line[header.end() :], _VLLM, level, stamp, source, role, rank, pid, name),
             )
-        uvicorn = _UVICORN.match(line, position)
+        uvicorn = _UVICORN_MATCH(line, position) if separator == ":" else None
         if uvicorn is not None:
             return _new_anatomy(
                 LineAnatomy,

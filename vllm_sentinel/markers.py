@@ -752,6 +752,12 @@ _new_match = tuple.__new__  # MarkerMatch without the keyword wrapper (hot path)
 _KEY_CHARS = frozenset("#'.-_")
 
 
+def _continues_word(body: str, index: int) -> bool:
+    """Whether ``body[index]`` is a character of ``_KEY``'s word class ``[\\w#'.-]``."""
+    char = body[index : index + 1]
+    return char != "" and (char.isalnum() or char in _KEY_CHARS)
+
+
 def _body_key(body: str) -> str:
     """The dispatch key of a body: its leading word (``[tag]`` kept whole)."""
     found = _KEY.match(body)
@@ -860,6 +866,14 @@ class MarkerMatcher:
             for key in dict.fromkeys(keys):
                 by_word.setdefault(key, []).append(marker)
         self._by_word = {word: _rows(rows) for word, rows in by_word.items()}
+        # The same keys by their first character, for bodies that do not start with "[": the
+        # body's leading word is a key when the body starts with it and the next character
+        # cannot continue a word (``_KEY``'s second branch), so no regex runs for the word.
+        by_first: dict[str, list[tuple[str, tuple[_Row, ...]]]] = {}
+        for word, rows in self._by_word.items():
+            if not word.startswith("["):
+                by_first.setdefault(word[0], []).append((word, rows))
+        self._by_first = {first: tuple(keys) for first, keys in by_first.items()}
         # Rows tried on every body: each has a needle (``_keys_of`` refuses a row without one),
         # and a row without named groups has its one match made here (access lines, engine
         # stats: most lines of a serving log).
@@ -876,11 +890,19 @@ class MarkerMatcher:
 
     def match(self, body: str, kind: LineKind) -> MarkerMatch | None:
         """Return the first row whose pattern matches ``body``, or ``None``."""
-        key = _KEY_MATCH(body)
-        word = key.group() if key is not None else ""
-        candidates = self._by_word.get(word)
-        if candidates is None and word.startswith("["):
-            candidates = self._by_word.get(_body_key(body[len(word) :].lstrip()))
+        candidates: tuple[_Row, ...] | None = None
+        first = body[:1]
+        if first == "[":
+            key = _KEY_MATCH(body)
+            word = key.group() if key is not None else ""
+            candidates = self._by_word.get(word)
+            if candidates is None and word.startswith("["):
+                candidates = self._by_word.get(_body_key(body[len(word) :].lstrip()))
+        else:
+            for word, rows in self._by_first.get(first, ()):
+                if body.startswith(word) and not _continues_word(body, len(word)):
+                    candidates = rows
+                    break
         if candidates:
             for marker, search, kinds in candidates:
                 if kinds is not None and kind not in kinds:

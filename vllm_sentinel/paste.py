@@ -259,12 +259,17 @@ _HEAD = re.compile(
     r"|(?:DEBUG|INFO|WARNING|ERROR):[ \t]{2,}|CRITICAL:[ \t]"
     r"|Traceback \(most recent call last\):"
 )
+# Every head holds one of these (``_HEAD``'s branches: the prefix's ``pid=``, a level word,
+# the traceback's first line): a line without them after its own head holds no second record.
+_HEAD_LITERALS = ("pid=", "DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL", "Traceback (most")
+_HEAD_FIRST = frozenset("(DIWECT")  # the characters a head can start with
 _FRAME_START = '  File "'
 # A level header whose level word is anything (a translation): the twin of a record's header.
 _MAX_LEVEL_WORD = 24
 _STAMPED_SOURCE = re.compile(
     r"(?P<stamp>\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,]\d+)?[ \t]+\[?(?P<source>[\w./-]{1,200}?:\d{1,7})\]"
 )
+_STAMP_TAIL = re.compile(r"-\d\d \d\d:\d\d:\d\d")  # in every stamp; a literal to search for
 _ANY_LEVEL_HEADER = re.compile(
     r"(?P<word>[^\s\d()\[\]]{1,24}+)[ \t]?(?P<stamp>\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,]\d+)?"
     r"[ \t]+\[?(?P<source>[\w./-]{1,200}?:\d{1,7})\]"
@@ -331,6 +336,8 @@ def _head_end(line: str, position: int) -> int:
         start = end
         while start < len(line) and line[start] in " \t":
             start += 1
+        if line[start : start + 1] not in _HEAD_FIRST:
+            return end  # no head starts so (saves a regex call on every line's body)
         found = _HEAD.match(line, start)
         if found is None:
             return end
@@ -354,6 +361,8 @@ def split_records(line: str, wrapper_length: Callable[[str], int] | None = None)
     """
     offset = wrapper_length(line) if wrapper_length is not None else 0
     body_from = _head_end(line, offset)
+    if not any(line.find(literal, body_from) >= 0 for literal in _HEAD_LITERALS):
+        return [line]  # no head after the line's own: one record (most lines; no scan)
     foreign = body_from == offset  # no head of its own: text before a head is a foreign prefix
     pieces: list[str] = []
     piece_start = 0
@@ -702,6 +711,9 @@ def _shows_translation(lines: list[str]) -> bool:
             previous = set()
             continue
         line = normalize_fullwidth(raw)
+        if _STAMP_TAIL.search(line) is None:  # no stamp, no header (faster than finditer)
+            previous = set()
+            continue
         keys: set[tuple[str, str]] = set()
         translated: list[tuple[str, str]] = []
         for found in _STAMPED_SOURCE.finditer(line):

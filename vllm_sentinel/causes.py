@@ -20,6 +20,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import IntEnum, StrEnum
+from typing import Final
 
 __all__ = [
     "CAUSE_RULES",
@@ -114,7 +115,7 @@ class CauseRule:
     note: str
 
 
-_C = CrashCause
+_C: Final = CrashCause
 
 CAUSE_RULES: tuple[CauseRule, ...] = (
     CauseRule(
@@ -320,13 +321,13 @@ DEFAULT_BENIGN_PATTERNS: tuple[str, ...] = (
 )
 """ERROR/WARNING lines known not to be fatal (``docs/markers.md`` §10)."""
 
-_RULES = tuple((rule.cause, re.compile(rule.pattern)) for rule in CAUSE_RULES)
-_FRAME_RULES = tuple((rule.cause, re.compile(rule.pattern)) for rule in FRAME_RULES)
-_ENGINE_DEAD = re.compile("|".join(f"(?:{p})" for p in ENGINE_DEAD_PATTERNS))
-_STOP_REQUEST = re.compile("|".join(f"(?:{p})" for p in STOP_REQUEST_PATTERNS))
-_WRAPPER = re.compile("|".join(f"(?:{p})" for p in WRAPPER_PATTERNS))
-_NOISE = re.compile("|".join(f"(?:{p})" for p in NOISE_PATTERNS))
-_REQUEST = re.compile("|".join(f"(?:{p})" for p in REQUEST_ERROR_PATTERNS))
+_RULES: Final = tuple((rule.cause, re.compile(rule.pattern)) for rule in CAUSE_RULES)
+_FRAME_RULES: Final = tuple((rule.cause, re.compile(rule.pattern)) for rule in FRAME_RULES)
+_ENGINE_DEAD: Final = re.compile("|".join(f"(?:{p})" for p in ENGINE_DEAD_PATTERNS))
+_STOP_REQUEST: Final = re.compile("|".join(f"(?:{p})" for p in STOP_REQUEST_PATTERNS))
+_WRAPPER: Final = re.compile("|".join(f"(?:{p})" for p in WRAPPER_PATTERNS))
+_NOISE: Final = re.compile("|".join(f"(?:{p})" for p in NOISE_PATTERNS))
+_REQUEST: Final = re.compile("|".join(f"(?:{p})" for p in REQUEST_ERROR_PATTERNS))
 
 
 def classify_exception(

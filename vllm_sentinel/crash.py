@@ -33,6 +33,7 @@ from __future__ import annotations
 from collections import Counter, deque
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
+from typing import Final
 
 from vllm_sentinel.causes import CrashCause, Evidence, EvidenceKind, choose_root_cause
 from vllm_sentinel.counters import CarriedCrash, micros
@@ -42,10 +43,10 @@ from vllm_sentinel.snapshot import CrashInfo
 
 __all__ = ["CrashBook"]
 
-_MAX_EVIDENCE = 32
-_POST_READY_CAUSE_WINDOW = timedelta(minutes=5)
-_UNCONFIRMED_GRACE = 10  # × settle_seconds: how long a journal incarnation waits for systemd
-_RECENT = 16  # counted crashes kept for the Monitor's unit_crashed events
+_MAX_EVIDENCE: Final = 32
+_POST_READY_CAUSE_WINDOW: Final = timedelta(minutes=5)
+_UNCONFIRMED_GRACE: Final = 10  # × settle_seconds: how long a journal incarnation waits for systemd
+_RECENT: Final = 16  # counted crashes kept for the Monitor's unit_crashed events
 
 
 def _evidence_rank(item: Evidence) -> tuple[int, float, int]:

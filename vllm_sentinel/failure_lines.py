@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 from vllm_sentinel.causes import CrashCause, EvidenceKind, classify_exception
 from vllm_sentinel.phases import Outcome
@@ -94,11 +94,11 @@ class FailureMatch(NamedTuple):
     message: str
 
 
-_C = CrashCause
-_K = EvidenceKind
-_E = Effect
+_C: Final = CrashCause
+_K: Final = EvidenceKind
+_E: Final = Effect
 # Signal descriptions as strsignal(3) words them, which bash prints for a job killed by one.
-_SIGNAL_WORDS = (
+_SIGNAL_WORDS: Final = (
     r"Killed|Segmentation fault|Aborted|Bus error|Illegal instruction"
     r"|Floating point exception|Terminated|Hangup|Trace/breakpoint trap"
 )
@@ -294,7 +294,7 @@ FAILURE_LINES: tuple[FailureLine, ...] = (
 # The cheap test every failure line passes before the table is searched (raw lines are common:
 # progress bars, native stack frames, Python warnings). Most shapes begin the line: one
 # anchored match fails at its first characters; the few that do not are found by substrings.
-_LINE_START = re.compile(
+_LINE_START: Final = re.compile(
     r"\s*what\(\)|terminate called|Failed[:,] |\[?rank\d+\]:\[E|\[E\d|(?:CUDA|HIP|cuda|hip) "
     r"error: |Synapse detected|collect2:|ninja:|FAILED: |error: command|nvcc fatal|\[\d+\][+-]? "
     r"|(?:\d+ +)?(?:" + _SIGNAL_WORDS + r")|command terminated|Fatal Python error"
@@ -316,8 +316,8 @@ def _may_fail(body: str) -> bool:
     )
 
 
-_STOP_WORDS = frozenset({"Terminated", "Hangup"})
-_STOP_CODES = frozenset({0, 143, 129})  # exit 0, SIGTERM, SIGHUP: somebody stopped it
+_STOP_WORDS: Final = frozenset({"Terminated", "Hangup"})
+_STOP_CODES: Final = frozenset({0, 143, 129})  # exit 0, SIGTERM, SIGHUP: somebody stopped it
 
 
 def signal_cause(code: int) -> tuple[CrashCause, Outcome]:

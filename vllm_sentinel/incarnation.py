@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Final
 
 from vllm_sentinel.causes import Evidence
 from vllm_sentinel.markers import Event
@@ -54,9 +54,9 @@ BENIGN_LINE_CHARS = 300
 RECENT_EVENTS_KEPT = 100
 """Start and crash times kept per unit (``UnitSnapshot.recent_starts``/``recent_crashes``)."""
 
-_GIB = 1 << 30
-_STARTUP = frozenset(STARTUP_PHASES)
-_PHASE_RANK: Mapping[Phase, int] = MappingProxyType({p: i for i, p in enumerate(Phase)})
+_GIB: Final = 1 << 30
+_STARTUP: Final = frozenset(STARTUP_PHASES)
+_PHASE_RANK: Final[Mapping[Phase, int]] = MappingProxyType({p: i for i, p in enumerate(Phase)})
 
 
 @dataclass(slots=True)
@@ -256,7 +256,7 @@ def parse_int(text: str | None) -> int | None:
         return None
 
 
-_MAX_INTERVAL_SECONDS = 10**8  # about three years: longer is not a startup's bar
+_MAX_INTERVAL_SECONDS: Final = 10**8  # about three years: longer is not a startup's bar
 
 
 def parse_interval(text: str | None) -> float | None:

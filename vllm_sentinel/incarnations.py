@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections import deque
 from datetime import datetime
+from typing import Final
 
 from vllm_sentinel.causes import CrashCause, EvidenceKind
 from vllm_sentinel.crash import CrashBook
@@ -29,7 +30,7 @@ from vllm_sentinel.snapshot import PhaseEntry
 
 __all__ = ["Incarnations"]
 
-_MAX_PIDS = 64
+_MAX_PIDS: Final = 64
 
 
 class Incarnations:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections import Counter
 from datetime import UTC, datetime, timedelta
+from typing import Final
 
 import orjson
 
@@ -31,9 +32,9 @@ from vllm_sentinel.record import Record
 
 __all__ = ["JOURNAL_FIELDS", "SKIP_REASONS", "JournalJsonDecoder", "decode_field"]
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_MAX_MESSAGE = 1 << 20
-_new_record = tuple.__new__  # Record without the keyword-default wrapper (hot path)
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+_MAX_MESSAGE: Final = 1 << 20
+_new_record: Final = tuple.__new__  # Record without the keyword-default wrapper (hot path)
 
 JOURNAL_FIELDS: tuple[str, ...] = (
     "MESSAGE",

@@ -11,11 +11,12 @@ across New Year), and a line without any stamp takes the last time.
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Final
 
 __all__ = ["LineClock"]
 
-_HALF_YEAR = timedelta(days=180)
-_HEADER_STAMP_LENGTH = len("MM-DD HH:MM:SS")
+_HALF_YEAR: Final = timedelta(days=180)
+_HEADER_STAMP_LENGTH: Final = len("MM-DD HH:MM:SS")
 
 
 class LineClock:

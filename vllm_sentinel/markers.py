@@ -106,17 +106,17 @@ class Marker:
         object.__setattr__(self, "regex", re.compile(self.pattern))
 
 
-_UVICORN = frozenset({LineKind.UVICORN, LineKind.RAW})
-_LOGGED = frozenset({LineKind.VLLM, LineKind.JSON})  # logo lines: through vLLM's logger
-_TAG = r"(?:\[\w+\] )?"  # 0.32+ compile lines may start with "[encoder] " (backends.py)
+_UVICORN: Final = frozenset({LineKind.UVICORN, LineKind.RAW})
+_LOGGED: Final = frozenset({LineKind.VLLM, LineKind.JSON})  # logo lines: through vLLM's logger
+_TAG: Final = r"(?:\[\w+\] )?"  # 0.32+ compile lines may start with "[encoder] " (backends.py)
 # tqdm's "[elapsed<remaining, rate]" after a bar's counts (format_interval: MM:SS or H:MM:SS;
 # "?" before the first rate): the time vLLM's own bar has run and says is left.
-_TQDM_REMAINING = (
+_TQDM_REMAINING: Final = (
     r"(?: \[(?P<elapsed>\d+(?::\d\d){1,2})<(?:(?P<remaining>\d+(?::\d\d){1,2})|\?)[,\]])?"
 )
 
-_P = Phase
-_E = Event
+_P: Final = Phase
+_E: Final = Event
 
 MARKERS: tuple[Marker, ...] = (
     # --- 1. process start, version banner, args (phase: starting) -----------------------------
@@ -745,11 +745,11 @@ class MarkerMatch(NamedTuple):
     groups: Mapping[str, str | None]
 
 
-_KEY = re.compile(r"\[[^\]]{1,40}\]|[\w#'.-]+")
+_KEY: Final = re.compile(r"\[[^\]]{1,40}\]|[\w#'.-]+")
 _KEY_MATCH: Final = _KEY.match  # bound once: no method lookup per line (hot path)
-_NO_GROUPS: Mapping[str, str | None] = MappingProxyType({})
-_new_match = tuple.__new__  # MarkerMatch without the keyword wrapper (hot path)
-_KEY_CHARS = frozenset("#'.-_")
+_NO_GROUPS: Final[Mapping[str, str | None]] = MappingProxyType({})
+_new_match: Final = tuple.__new__  # MarkerMatch without the keyword wrapper (hot path)
+_KEY_CHARS: Final = frozenset("#'.-_")
 
 
 def _continues_word(body: str, index: int) -> bool:
@@ -955,8 +955,8 @@ class SystemdMarker:
         object.__setattr__(self, "regex", re.compile(self.pattern))
 
 
-_S = SystemdEvent
-_UNIT_PREFIX = r"(?:^|: )"
+_S: Final = SystemdEvent
+_UNIT_PREFIX: Final = r"(?:^|: )"
 
 SYSTEMD_MARKERS: tuple[SystemdMarker, ...] = (
     SystemdMarker(
@@ -1035,7 +1035,7 @@ SYSTEMD_MARKERS: tuple[SystemdMarker, ...] = (
     SystemdMarker(_S.BOOT, None, r"^-- (?:Boot [0-9a-f]+|Reboot) --$", "journalctl (annotation)"),
 )
 
-_BY_MESSAGE_ID: Mapping[str, SystemdMarker] = MappingProxyType(
+_BY_MESSAGE_ID: Final[Mapping[str, SystemdMarker]] = MappingProxyType(
     {row.message_id: row for row in SYSTEMD_MARKERS if row.message_id}
 )
 

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import re
 from collections import deque
+from typing import Final
 
 __all__ = ["SeenCursors"]
 
-_CURSOR_SEQ = re.compile(r"s=([0-9a-f]+);i=([0-9a-f]+)")
-_HEX_DIGITS = "0123456789abcdef"
-_MAX_SEQNUM_IDS = 64
+_CURSOR_SEQ: Final = re.compile(r"s=([0-9a-f]+);i=([0-9a-f]+)")
+_HEX_DIGITS: Final = "0123456789abcdef"
+_MAX_SEQNUM_IDS: Final = 64
 
 
 class SeenCursors:

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import MappingProxyType
+from typing import Final
 
 from vllm_sentinel.line_buffer import LineBuffer
 from vllm_sentinel.paste import PasteReader, PasteTraits
@@ -29,7 +30,7 @@ from vllm_sentinel.vllm_line import strip_ansi
 
 __all__ = ["WRAPPERS", "TextLogDecoder", "Wrapper"]
 
-_MONTH_NAMES = (
+_MONTH_NAMES: Final = (
     "jan janv jän ene gen янв",
     "feb févr fév fevr fev feb. фев",
     "mar mars mär märz мар",
@@ -43,7 +44,7 @@ _MONTH_NAMES = (
     "nov ноя",
     "dec déc dez dic дек",
 )
-_MONTHS: Mapping[str, int] = MappingProxyType(
+_MONTHS: Final[Mapping[str, int]] = MappingProxyType(
     {name: number for number, names in enumerate(_MONTH_NAMES, 1) for name in names.split()}
 )
 
@@ -121,29 +122,29 @@ def _wrapper_table(first: str) -> tuple[tuple[Wrapper, bool, bool, bool, bool], 
     )
 
 
-_DIGIT_WRAPPERS = _wrapper_table("digit")
-_RFC3339 = next(wrapper.regex for wrapper in WRAPPERS if wrapper.name == "rfc3339")
-_ALPHA_WRAPPERS = _wrapper_table("alpha")
+_DIGIT_WRAPPERS: Final = _wrapper_table("digit")
+_RFC3339: Final = next(wrapper.regex for wrapper in WRAPPERS if wrapper.name == "rfc3339")
+_ALPHA_WRAPPERS: Final = _wrapper_table("alpha")
 # vLLM's own header ("INFO 01-02 …"): no alpha wrapper can match a line that starts so (the
 # journald month must be followed by a day then a space, a compose name by spaces then "|").
-_VLLM_HEADER_START = re.compile(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-")
+_VLLM_HEADER_START: Final = re.compile(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-")
 # An unknown tool's prefix in front of vLLM's own line (a log shipper's
 # `[2025-01-08 15:00:27] pod-7cf7 >> `, a collector's `2025-10-24T17:12:08.36 +08:00 CST `): a
 # line that starts with a stamp and, further on, vLLM's process prefix, level header or
 # uvicorn's padded level word (`INFO:     `). The prefix must hold a clock (HH:MM:SS) and end
 # at a blank; another program's own line (`[2025-07-18 19:52:38,710] LMCache INFO: …`) is not
 # vLLM's and keeps its prefix.
-_FOREIGN_PREFIX = re.compile(
+_FOREIGN_PREFIX: Final = re.compile(
     r"(?P<prefix>[^\s(][^(]{0,100}?\d\d:\d\d:\d\d[^(]{0,60}?)\s+(?="
     r"\(\w[\w.-]{0,40} pid=\d{1,10}\) |(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d "
     r"\d\d:\d\d:\d\d |INFO: {5}|WARNING: {2}|ERROR: {4}|DEBUG: {4}|CRITICAL: )"
 )
-_LOOSE_ISO = re.compile(
+_LOOSE_ISO: Final = re.compile(
     r"(?P<date>\d{4}-\d\d-\d\d)[ T](?P<clock>\d\d:\d\d:\d\d(?:[.,]\d+)?)"
     r"(?: ?(?P<zone>Z|[+-]\d\d:?\d\d))?"
 )
-_MANAGER_IDENTS = frozenset({"systemd", "kernel"})
-_new_record = tuple.__new__  # Record without the keyword-default wrapper (hot path)
+_MANAGER_IDENTS: Final = frozenset({"systemd", "kernel"})
+_new_record: Final = tuple.__new__  # Record without the keyword-default wrapper (hot path)
 
 
 def _loose_time(prefix: str) -> datetime | None:

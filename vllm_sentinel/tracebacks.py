@@ -24,29 +24,29 @@ from __future__ import annotations
 
 import re
 from enum import Enum
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 __all__ = ["ExceptionEvent", "TracebackAssembler"]
 
-_TRACEBACK = "Traceback (most recent call last):"
-_CHAIN_STARTS = (
+_TRACEBACK: Final = "Traceback (most recent call last):"
+_CHAIN_STARTS: Final = (
     "The above exception was the direct cause of the following exception:",
     "During handling of the above exception, another exception occurred:",
 )
-_EXCEPTION_LINE = re.compile(r"(?P<cls>[A-Za-z_][\w.]{0,200}?)(?::\s?(?P<msg>.*))?$")
-_ORPHAN_EXCEPTION_LINE = re.compile(
+_EXCEPTION_LINE: Final = re.compile(r"(?P<cls>[A-Za-z_][\w.]{0,200}?)(?::\s?(?P<msg>.*))?$")
+_ORPHAN_EXCEPTION_LINE: Final = re.compile(
     r"(?P<cls>(?:[A-Za-z_]\w*\.){0,8}(?:[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Fault|Failure)"
     r"|Exception|KeyboardInterrupt))(?:: (?P<msg>.*))?$"
 )
 # A tqdm bar ("Loading safetensors checkpoint shards:  50% Completed | 1/2 [00:01<00:01, …]",
 # "Capturing CUDA graphs: 100%|██████████| 67/67 [00:10<00:00, 6.1it/s]"): another process's
 # progress printed in the middle of a traceback, never its exception line.
-_PROGRESS_BAR = re.compile(r"\d{1,3}%(?: Completed)? ?\||\| *\d+/\d+ \[\d")
-_ERROR_LEVELS = frozenset({"ERROR", "CRITICAL"})
-_MAX_CLASS = 200  # an exception "class" may be a whole hostile line: keep it short
-_MAX_FRAME = 300
-_QUIET_LEVELS = frozenset({"DEBUG", "INFO", "WARNING"})
-_OPENINGS = (_TRACEBACK, '  File "')  # lines that open a traceback even without a stream
+_PROGRESS_BAR: Final = re.compile(r"\d{1,3}%(?: Completed)? ?\||\| *\d+/\d+ \[\d")
+_ERROR_LEVELS: Final = frozenset({"ERROR", "CRITICAL"})
+_MAX_CLASS: Final = 200  # an exception "class" may be a whole hostile line: keep it short
+_MAX_FRAME: Final = 300
+_QUIET_LEVELS: Final = frozenset({"DEBUG", "INFO", "WARNING"})
+_OPENINGS: Final = (_TRACEBACK, '  File "')  # lines that open a traceback even without a stream
 
 
 class _State(Enum):
@@ -81,7 +81,7 @@ class ExceptionEvent(NamedTuple):
     frame: str | None = None
 
 
-_OPEN = frozenset({_State.FRAMES, _State.CHAIN})
+_OPEN: Final = frozenset({_State.FRAMES, _State.CHAIN})
 
 
 class _Stream:

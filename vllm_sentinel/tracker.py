@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
 from fnmatch import fnmatchcase
 from types import MappingProxyType
+from typing import Final
 
 from vllm_sentinel.causes import (
     BenignMatcher,
@@ -71,27 +72,29 @@ from vllm_sentinel.vllm_line import LineAnatomy, LineKind, Role, parse_line
 
 __all__ = ["BENIGN_LINES_KEPT", "RECENT_EVENTS_KEPT", "TrackerSet", "UnitTracker"]
 
-_STARTUP = frozenset(STARTUP_PHASES)
-_TP_SIZE = re.compile(r"tensor_parallel_size[=':\s]+(\d{1,4})")
-_ERROR_LEVELS = frozenset({"ERROR", "CRITICAL"})
-_MAX_CACHED_UNITS = 1024
-_MAX_TRACE_OWNERS = 256
-_MAX_MANAGER_UNITS = 16
+_STARTUP: Final = frozenset(STARTUP_PHASES)
+_TP_SIZE: Final = re.compile(r"tensor_parallel_size[=':\s]+(\d{1,4})")
+_ERROR_LEVELS: Final = frozenset({"ERROR", "CRITICAL"})
+_MAX_CACHED_UNITS: Final = 1024
+_MAX_TRACE_OWNERS: Final = 256
+_MAX_MANAGER_UNITS: Final = 16
 # The unit a line of systemd's names: "vllm3.service: Main process exited, …" (the unit's own
 # messages, systemd src/core/unit.c log_unit_*), "Started vllm3.service - vLLM." (job results
 # since systemd 250 name the unit before its description)
-_MANAGER_UNIT = re.compile(
+_MANAGER_UNIT: Final = re.compile(
     r"(?P<unit>[\w@:.\\-]{1,200}\.(?:service|scope)): "
     r"|(?:Started|Starting|Stopping|Stopped|Failed to start) (?P<started>[\w@:.\\-]{1,200}"
     r"\.(?:service|scope)) - "
 )
-_NON_DEFAULT_ARGS = "non-default args: {"  # vLLM 0.9+: the whole dict of non-default args
+_NON_DEFAULT_ARGS: Final = "non-default args: {"  # vLLM 0.9+: the whole dict of non-default args
 # V0's single-device executors (vllm/executor/gpu_executor.py … 0.3–0.6) size the KV cache
 # themselves; the multi-device ones log it from distributed_gpu_executor.py and the like
-_SINGLE_DEVICE_EXECUTOR = re.compile(r"(?:gpu|cpu|xpu|hpu|habana|neuron|openvino)_executor\.py:")
-_JSON = LineKind.JSON
+_SINGLE_DEVICE_EXECUTOR: Final = re.compile(
+    r"(?:gpu|cpu|xpu|hpu|habana|neuron|openvino)_executor\.py:"
+)
+_JSON: Final = LineKind.JSON
 # Marker events whose only effect is a phase move (no figures, no special handling).
-_PLAIN_EVENTS = frozenset(Event) - {
+_PLAIN_EVENTS: Final = frozenset(Event) - {
     Event.ENGINE_INIT,
     Event.SERVER_CONFIG,
     Event.FATAL,
@@ -100,15 +103,15 @@ _PLAIN_EVENTS = frozenset(Event) - {
     Event.SHUTDOWN,
     Event.SHUTDOWN_COMPLETE,
 }
-_BAR_EVENTS = frozenset({Event.WEIGHTS_PROGRESS, Event.GRAPH_CAPTURE_PROGRESS})  # tqdm bars
-_MANAGER_IDENTS = frozenset({"systemd", "kernel"})
-_LOW_LEVELS: Mapping[str, str] = MappingProxyType(
+_BAR_EVENTS: Final = frozenset({Event.WEIGHTS_PROGRESS, Event.GRAPH_CAPTURE_PROGRESS})  # tqdm bars
+_MANAGER_IDENTS: Final = frozenset({"systemd", "kernel"})
+_LOW_LEVELS: Final[Mapping[str, str]] = MappingProxyType(
     {level: level.lower() for level in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")}
 )
-_NOT_PROCESS_DEATH = ("Exception ignored in", "Exception in thread")
-_STOP_SIGNALS = frozenset({"TERM", "INT", "KILL", "15", "2", "9"})
-_STOP_STATUSES = frozenset({0, 130, 137, 143})
-_END_EVENTS = frozenset(
+_NOT_PROCESS_DEATH: Final = ("Exception ignored in", "Exception in thread")
+_STOP_SIGNALS: Final = frozenset({"TERM", "INT", "KILL", "15", "2", "9"})
+_STOP_STATUSES: Final = frozenset({0, 130, 137, 143})
+_END_EVENTS: Final = frozenset(
     {
         SystemdEvent.MAIN_PROCESS_EXITED,
         SystemdEvent.UNIT_FAILED,

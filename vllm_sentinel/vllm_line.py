@@ -89,17 +89,21 @@ class LineAnatomy(NamedTuple):
     prefix_name: str | None = None
 
 
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[()][A-Za-z0-9]")
-_PREFIX = re.compile(r"\((?:(?P<name>[^()]*?) )?pid=(?P<pid>\d{1,10})(?:, ip=[^)]{1,64})?\) ?")
-_HEADER = re.compile(
+_ANSI: Final = re.compile(
+    r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[()][A-Za-z0-9]"
+)
+_PREFIX: Final = re.compile(
+    r"\((?:(?P<name>[^()]*?) )?pid=(?P<pid>\d{1,10})(?:, ip=[^)]{1,64})?\) ?"
+)
+_HEADER: Final = re.compile(
     r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) (?P<stamp>\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d+)?"
     r" \[?(?P<source>[\w./-]{1,200}?:\d{1,7})\] ?"
 )
-_UVICORN = re.compile(r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL):\s+")
-_RANK = re.compile(r"(?:rank=|TP)(\d{1,4})")
-_STAMP_LENGTH = len("MM-DD HH:MM:SS")
+_UVICORN: Final = re.compile(r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL):\s+")
+_RANK: Final = re.compile(r"(?:rank=|TP)(\d{1,4})")
+_STAMP_LENGTH: Final = len("MM-DD HH:MM:SS")
 
-_ROLE_RULES: tuple[tuple[re.Pattern[str], Role], ...] = (
+_ROLE_RULES: Final[tuple[tuple[re.Pattern[str], Role], ...]] = (
     (re.compile(r"(?:APIServer|ApiServer)(?:_(?:DP)?\d+)?$"), Role.API_SERVER),
     (
         re.compile(r"(?:EngineCore(?:_(?:DP)?\d+)?|(?:DP)?(?:MoE)?EngineCoreActor)$"),
@@ -202,17 +206,17 @@ def _asctime(data: dict[str, object]) -> str | None:
 _LEVEL_BY_FIRST: Final = {level[0]: level for level in LEVELS}
 _HEADER_MATCH: Final = _HEADER.match  # bound once: no method lookup per line (hot path)
 _UVICORN_MATCH: Final = _UVICORN.match
-_VLLM = LineKind.VLLM
-_UVICORN_KIND = LineKind.UVICORN
-_RAW = LineKind.RAW
-_MAX_CACHED_PREFIX = 160
-_new_anatomy = tuple.__new__  # LineAnatomy without the keyword-default wrapper (hot path)
+_VLLM: Final = LineKind.VLLM
+_UVICORN_KIND: Final = LineKind.UVICORN
+_RAW: Final = LineKind.RAW
+_MAX_CACHED_PREFIX: Final = 160
+_new_anatomy: Final = tuple.__new__  # LineAnatomy without the keyword-default wrapper (hot path)
 
 
 _Prefix = tuple[int, Role | None, int | None, int, str | None]
-_NOT_A_PREFIX: _Prefix = (0, None, None, 0, None)
-_MAX_PREFIXES = 4096
-_prefixes: dict[str, _Prefix] = {}  # prefix text → what it says (a host has few processes)
+_NOT_A_PREFIX: Final[_Prefix] = (0, None, None, 0, None)
+_MAX_PREFIXES: Final = 4096
+_prefixes: Final[dict[str, _Prefix]] = {}  # prefix text → what it says (a host has few processes)
 
 
 def _parse_prefix(text: str) -> _Prefix:

@@ -118,6 +118,10 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
         *starts,
         row("replay end to end (installed, spawn to exit) ≥ 5× mtail (aim 10×)",
             _get(report, "replay", "replay_vs_mtail"), 5.0, above=True, unit="×"),
+        row("… the same in CPU time (user + system) ≥ 5× mtail",
+            _get(report, "replay", "replay_vs_mtail_cpu"), 5.0, above=True, unit="×"),
+        row("… the same in instructions executed ≥ 5× fewer than mtail",
+            _get(report, "replay", "replay_vs_mtail_instructions"), 5.0, above=True, unit="×"),
         row("text: engine ≥ 5× mtail lines/s (aim 10×)",
             _get(report, "throughput", "ratios", "engine_text_vs_mtail"), 5.0, above=True,
             unit="×"),
@@ -182,6 +186,14 @@ def table(report: dict[str, Any]) -> str:
         if mtail_e2e:
             rows.append(("mtail one-shot, same file", _fmt(mtail_e2e["lines_per_second"], "/s"),
                          "1.00×", ""))  # fmt: skip
+            rows.append(("replay / mtail CPU time (user + system)",
+                         f"{ours['cpu_seconds']:.2f} s / {mtail_e2e['cpu_seconds']:.2f} s",
+                         _fmt(end_to_end.get("replay_vs_mtail_cpu"), "×"), ""))  # fmt: skip
+        if "instructions" in ours and "instructions" in mtail_e2e:
+            rows.append(("replay / mtail instructions a line (valgrind)",
+                         f"{ours['instructions_per_line']:,.0f} / "
+                         f"{mtail_e2e['instructions_per_line']:,.0f}",
+                         _fmt(end_to_end.get("replay_vs_mtail_instructions"), "×"), ""))  # fmt: skip
     throughput = report.get("throughput") or {}
     contenders = throughput.get("contenders") or {}
     mtail = (contenders.get("mtail_text") or {}).get("lines_per_second")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import statistics
 import subprocess
 import tempfile
@@ -14,6 +16,7 @@ from pathlib import Path
 __all__ = [
     "ProcessRun",
     "ProcessSample",
+    "count_instructions",
     "cpu_for_pinning",
     "descendants",
     "median",
@@ -88,6 +91,40 @@ def run_pinned(
         stdout=stdout,
         returncode=process.returncode,
     )
+
+
+_I_REFS = re.compile(r"I\s+refs:\s+([\d,]+)")
+
+
+def count_instructions(
+    argv: Sequence[str], *, env: dict[str, str] | None = None, cwd: str | Path | None = None
+) -> int | None:
+    """Instructions ``argv`` executes from spawn to exit, counted by valgrind (cachegrind,
+    no cache simulation: ``I refs``, every thread of the process); ``None`` without valgrind.
+
+    A count does not depend on the machine's load, unlike wall and CPU time: on a shared
+    machine it is the steady figure to compare two programs by (their instructions per cycle
+    differ, so it is not a time ratio). A script's ``#!`` interpreter is run under valgrind.
+    """
+    if shutil.which("valgrind") is None:
+        return None
+    handle, log = tempfile.mkstemp(prefix="bench-valgrind-")
+    os.close(handle)
+    try:
+        command = [
+            "valgrind", "--tool=cachegrind", "--cache-sim=no", "--branch-sim=no",
+            "--cachegrind-out-file=/dev/null", f"--log-file={log}", *argv,
+        ]  # fmt: skip
+        result = subprocess.run(
+            command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, env=env, cwd=cwd, check=False,
+        )  # fmt: skip
+        found = _I_REFS.search(Path(log).read_text(errors="replace"))
+        if result.returncode != 0 or found is None:
+            raise RuntimeError(f"valgrind could not count {argv[0]} (exit {result.returncode})")
+        return int(found.group(1).replace(",", ""))
+    finally:
+        Path(log).unlink(missing_ok=True)
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 from enum import StrEnum
 from functools import lru_cache
+from types import MappingProxyType
 from typing import Final, NamedTuple
 
 import orjson
@@ -203,7 +204,7 @@ def _asctime(data: dict[str, object]) -> str | None:
 # The level word a header or uvicorn line starting with this character can have, and the
 # separator after it that each needs: " " for vLLM's header, ":" for uvicorn's (hot path: one
 # regex tried instead of two, none for a line that cannot be either).
-_LEVEL_BY_FIRST: Final = {level[0]: level for level in LEVELS}
+_LEVEL_BY_FIRST: Final = MappingProxyType({level[0]: level for level in LEVELS})
 _HEADER_MATCH: Final = _HEADER.match  # bound once: no method lookup per line (hot path)
 _UVICORN_MATCH: Final = _UVICORN.match
 _VLLM: Final = LineKind.VLLM
@@ -215,31 +216,21 @@ _new_anatomy: Final = tuple.__new__  # LineAnatomy without the keyword-default w
 
 _Prefix = tuple[int, Role | None, int | None, int, str | None]
 _NOT_A_PREFIX: Final[_Prefix] = (0, None, None, 0, None)
-_MAX_PREFIXES: Final = 4096
-_prefixes: Final[dict[str, _Prefix]] = {}  # prefix text → what it says (a host has few processes)
 
 
+@lru_cache(maxsize=4096)
 def _parse_prefix(text: str) -> _Prefix:
     """Parse one process prefix ``(name pid=N)`` (text up to its ``)`` and one more character);
     ``_NOT_A_PREFIX`` (length 0) when it is none.
 
-    Cached in a dict (cleared when full): the prefix of a process repeats on nearly every
-    line, and a dict lookup costs a fraction of ``lru_cache``'s call in the compiled build.
+    Cached: the prefix of a process repeats on nearly every line (a host has few processes).
     """
-    found = _prefixes.get(text)
-    if found is not None:
-        return found
     match = _PREFIX.match(text)
     if match is None:
-        found = _NOT_A_PREFIX
-    else:
-        name, pid_text = match.group("name", "pid")
-        role, rank = parse_process_name(name) if name else (None, None)
-        found = (match.end(), role, rank, int(pid_text), name)
-    if len(_prefixes) >= _MAX_PREFIXES:
-        _prefixes.clear()
-    _prefixes[text] = found
-    return found
+        return _NOT_A_PREFIX
+    name, pid_text = match.group("name", "pid")
+    role, rank = parse_process_name(name) if name else (None, None)
+    return (match.end(), role, rank, int(pid_text), name)
 
 
 def parse_line(line: str) -> LineAnatomy:

@@ -23,6 +23,7 @@ This module does no I/O and takes no locks: it reads the frozen snapshot only. T
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -82,13 +83,31 @@ class MetricDefinition:
     samples: Callable[[Snapshot], Iterable[Sample]]
 
 
+_ELLIPSIS = "…"
+_WORD_CUT_MIN = 0.5  # a word boundary in the last half of the room; else cut the long word
+
+
 def bound_label(value: str | None, limit: int = LABEL_VALUE_LIMIT) -> str:
-    """Make a safe label value: ``""`` for None, whitespace collapsed, valid UTF-8, cut."""
+    """Make a safe label value: ``""`` for None, whitespace collapsed, valid UTF-8, cut.
+
+    A value longer than ``limit`` characters keeps its words up to the last space that
+    leaves room for ``…`` and ends with it (the hints' convention): at most ``limit``
+    characters. A single word too long for that (a path, a hash) is cut inside, but never
+    between a letter and its combining marks; Python strings are whole code points, so a
+    multi-byte UTF-8 character is never split.
+    """
     if not value:
         return ""
     text = " ".join(value.split())
     text = text.encode("utf-8", "replace").decode("utf-8")
-    return text[:limit]
+    if len(text) <= limit:
+        return text
+    room = limit - len(_ELLIPSIS)
+    space = text.rfind(" ", 0, room + 1)
+    end = space if space >= room * _WORD_CUT_MIN else room
+    while 0 < end < len(text) and unicodedata.combining(text[end]):
+        end -= 1  # the mark at the cut belongs to the letter before it: drop both
+    return text[:end] + _ELLIPSIS
 
 
 _PHASE_VALUES = tuple((phase, phase.value) for phase in PHASE_ORDER)

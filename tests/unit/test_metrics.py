@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import replace
 from datetime import timedelta
 
@@ -184,8 +185,8 @@ class TestBoundLabel:
             unit_snapshot("h", "u.service", incarnation([(Phase.STARTING, 0)]), last_crash=crash)
         )
         (labels,) = samples("vllm_sentinel_unit_last_crash_info", snapshot)
-        assert labels[4] == "E" * 120
-        assert labels[5] == "m" * 120
+        assert labels[4] == "E" * 119 + "…"  # 120 characters, the cut marked
+        assert labels[5] == "m" * 119 + "…"
         text = generate_latest(make_registry(SentinelCollector(lambda: snapshot))).decode()
         assert max(len(line) for line in text.splitlines()) < 600
 
@@ -453,3 +454,50 @@ class TestSentinelCollector:
         families = list(collector.collect())
         assert [family.name for family in families] == [row.name]
         assert isinstance(row, MetricDefinition)
+
+
+class TestBoundLabelCut:
+    MESSAGE = (
+        "CUDA out of memory. Tried to allocate 60.00 MiB. GPU 2 has a total capacity of 79.22 "
+        "GiB of which 2.06 MiB is free. Process 3888866 has 71.11 GiB memory in use."
+    )
+
+    def test_cuts_at_the_last_word_boundary_with_an_ellipsis(self) -> None:
+        """A long message ends on a whole word and ``…``, within the limit."""
+        value = bound_label(self.MESSAGE)
+        assert len(value) <= LABEL_VALUE_LIMIT and value.endswith("…")
+        kept = value.removesuffix("…")
+        assert self.MESSAGE.startswith(kept) and not kept.endswith(" ")
+        assert self.MESSAGE[len(kept)] == " ", "cut inside a word"
+        assert value == (
+            "CUDA out of memory. Tried to allocate 60.00 MiB. GPU 2 has a total capacity of 79.22 "
+            "GiB of which 2.06 MiB is free.…"
+        )
+
+    def test_a_value_within_the_limit_is_kept_whole(self) -> None:
+        """Exactly the limit: no ellipsis, nothing cut."""
+        value = "a " * 59 + "bc"
+        assert len(value) == LABEL_VALUE_LIMIT and bound_label(value) == value
+
+    def test_one_long_word_is_cut_at_the_limit(self) -> None:
+        """No space to cut at (a path, a hash): cut at the limit, still ``…``."""
+        value = bound_label("/" + "x" * 500)
+        assert len(value) == LABEL_VALUE_LIMIT and value.endswith("x…")
+
+    @pytest.mark.parametrize(
+        "text",
+        [
+            "显存不足" * 60,  # CJK: no spaces, 3 UTF-8 bytes each
+            "e\u0301" * 200,  # e + a combining acute accent: one character, two code points
+            "🙂" * 200,  # 4 UTF-8 bytes each
+        ],
+        ids=["cjk", "combining", "emoji"],
+    )
+    def test_never_cuts_inside_a_character(self, text: str) -> None:
+        """Multi-byte characters and combining marks stay whole, the value valid UTF-8."""
+        value = bound_label(text)
+        kept = value.removesuffix("…")
+        assert len(value) <= LABEL_VALUE_LIMIT and value.endswith("…")
+        assert text.startswith(kept)
+        assert not unicodedata.combining(text[len(kept)]), "a mark cut off its letter"
+        assert value.encode("utf-8").decode("utf-8") == value

@@ -6,7 +6,9 @@ the same: gzip, xz and bzip2 are read with the standard library, zstd with the `
 package (imported only when a zstd input is met). Everything is streamed in chunks of at most
 ``chunk_size`` bytes, compressed or not: a 2 GB compressed journal export never sits in
 memory. UTF-16 text with its byte-order mark (Windows PowerShell's ``Out-File``) passes the
-binary check; ``replay`` re-encodes it.
+binary check; ``replay`` re-encodes it. A tar archive (a bug report's attachment) is told by
+its header's ``ustar`` magic at byte 257, inside a compressed stream too, and refused with
+the command that unpacks it (``TarArchiveError``).
 
 The first block of text (after decompression) is sniffed: input that is mostly binary (an
 executable, an image, an archive) is refused with ``NotALogError``; a log with a few binary
@@ -33,6 +35,9 @@ __all__ = [
     "CorruptInputError",
     "InputError",
     "NotALogError",
+    "TAR_MAGIC",
+    "TAR_MAGIC_OFFSET",
+    "TarArchiveError",
     "UnreadableInputError",
     "is_binary",
     "read_input",
@@ -74,22 +79,52 @@ class NotALogError(InputError):
     """An input that is not text: an executable, an image, an archive, a journal file."""
 
 
+class TarArchiveError(NotALogError):
+    """A tar archive (a bug report's attachment), compressed or not: unpack it first."""
+
+    def __init__(self, name: str, compression: Compression | None) -> None:
+        if name != "stdin":
+            command = f"tar -xf {name}"  # GNU and BSD tar tell the compression of a file
+        elif compression is None:
+            command = "tar -xf -"
+        elif compression.tar_option.startswith("--"):
+            command = f"tar {compression.tar_option} -xf -"
+        else:
+            command = f"tar -x{compression.tar_option}f -"
+        super().__init__(
+            name, f"a tar archive: unpack it first ({command}) and replay the log files in it"
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class Compression:
-    """One compressed format ``replay`` reads: its name, magic number and specification."""
+    """One compressed format ``replay`` reads: its name, magic number and specification,
+    and GNU tar's option to read it from a pipe (a letter, ``z`` as in ``tar -xzf -``, or a
+    long option)."""
 
     name: str
     magic: bytes
     source: str
     example: str
+    tar_option: str
 
 
 COMPRESSIONS: tuple[Compression, ...] = (
-    Compression("gzip", b"\x1f\x8b", "RFC 1952 (stdlib gzip; several members read)", "x.log.gz"),
-    Compression("xz", b"\xfd7zXZ\x00", "XZ file format 1.2 (stdlib lzma)", "x.log.xz"),
-    Compression("zstd", b"\x28\xb5\x2f\xfd", "RFC 8878 (zstandard package)", "x.log.zst"),
-    Compression("bzip2", b"BZh", "bzip2 1.0 (stdlib bz2)", "x.log.bz2"),
+    Compression(
+        "gzip", b"\x1f\x8b", "RFC 1952 (stdlib gzip; several members read)", "x.log.gz", "z"
+    ),
+    Compression("xz", b"\xfd7zXZ\x00", "XZ file format 1.2 (stdlib lzma)", "x.log.xz", "J"),
+    Compression(
+        "zstd", b"\x28\xb5\x2f\xfd", "RFC 8878 (zstandard package)", "x.log.zst", "--zstd"
+    ),
+    Compression("bzip2", b"BZh", "bzip2 1.0 (stdlib bz2)", "x.log.bz2", "j"),
 )
+
+TAR_MAGIC = b"ustar"
+TAR_MAGIC_OFFSET = 257
+"""A tar header's ``magic`` field (POSIX.1-1988 ustar and pax: ``ustar\\0``; GNU tar's
+default format: ``ustar  ``), at byte 257 of the first 512-byte header: of the archive itself,
+or of what a compressed input holds (``.tar.gz``, ``.tgz``, ``.tar.xz``, ``.tar.zst``)."""
 
 FOREIGN_FORMATS: tuple[tuple[bytes, str], ...] = (
     (b"LPKSHHRH", "systemd journal file: replay `journalctl --file=FILE -o json` instead"),
@@ -244,8 +279,11 @@ def is_binary(sample: bytes) -> bool:
     return invalid > len(sample) * _MAX_INVALID_UTF8_RATIO
 
 
-def _text_chunks(chunks: Iterator[bytes], name: str, what: str) -> Iterator[bytes]:
+def _text_chunks(
+    chunks: Iterator[bytes], name: str, compression: Compression | None = None
+) -> Iterator[bytes]:
     """Sniff the first block of text, then hand on every chunk."""
+    what = f"{compression.name}-compressed " if compression is not None else ""
     first = b""
     for chunk in chunks:
         first += chunk
@@ -258,6 +296,8 @@ def _text_chunks(chunks: Iterator[bytes], name: str, what: str) -> Iterator[byte
         yield from chunks
         return
     sample = first.removeprefix(codecs.BOM_UTF8)
+    if sample[TAR_MAGIC_OFFSET : TAR_MAGIC_OFFSET + len(TAR_MAGIC)] == TAR_MAGIC:
+        raise TarArchiveError(name, compression)
     for magic, meaning in FOREIGN_FORMATS:
         if sample.startswith(magic):
             raise NotALogError(name, f"not a log ({meaning})")
@@ -279,9 +319,9 @@ def _stream_chunks(stream: BinaryIO, name: str, chunk_size: int) -> Iterator[byt
     for compression in COMPRESSIONS:
         if head.startswith(compression.magic):
             chunks = _decompressed(compression.name, head, stream, chunk_size, name)
-            yield from _text_chunks(chunks, name, f"{compression.name}-compressed ")
+            yield from _text_chunks(chunks, name, compression)
             return
-    yield from _text_chunks(_raw_chunks(stream, head, chunk_size), name, "")
+    yield from _text_chunks(_raw_chunks(stream, head, chunk_size), name)
 
 
 def read_input(path: str, *, chunk_size: int = CHUNK_BYTES) -> Iterator[bytes]:
@@ -294,7 +334,8 @@ def read_input(path: str, *, chunk_size: int = CHUNK_BYTES) -> Iterator[bytes]:
     Raises (while iterating):
         UnreadableInputError: opening or reading failed.
         CorruptInputError: compressed data that does not decompress (truncated, damaged).
-        NotALogError: binary data, an archive or a journal file.
+        NotALogError: binary data, an archive or a journal file (``TarArchiveError``: a
+            tar archive, compressed or not).
         InputError: zstd input without the zstandard package.
     """
     name = "stdin" if path == "-" else path

@@ -203,6 +203,49 @@ class TestNotALog:
         journal.write_bytes(b"LPKSHHRH" + bytes(4096))
         assert "journalctl --file=FILE -o json" in _one_error_line(_replay(str(journal)))
 
+    @pytest.mark.parametrize(
+        ("name", "flags"),
+        [
+            ("logs.tar", ["-c"]),
+            ("logs.tar", ["-c", "--format=posix"]),
+            ("logs.tar.gz", ["-cz"]),
+            ("logs.tgz", ["-cz"]),
+            ("logs.tar.xz", ["-cJ"]),
+            ("logs.tar.bz2", ["-cj"]),
+            ("logs.tar.zst", ["-c", "--zstd"]),
+        ],
+    )
+    def test_a_tar_archive_says_unpack_it(
+        self, tmp_path: Path, name: str, flags: list[str]
+    ) -> None:
+        """A bug report's tarball (GNU and POSIX formats, compressed or not, by the real
+        ``tar``) is one line and exit 2, however large the log in it."""
+        require_binary("tar")
+        if "--zstd" in flags:
+            require_binary("zstd")
+        (tmp_path / "in").mkdir()
+        (tmp_path / "in" / "vllm.log").write_bytes(LOG.read_bytes() * 200)  # text after it
+        path = tmp_path / name
+        subprocess.run(["tar", *flags, "-f", str(path), "-C", str(tmp_path / "in"), "vllm.log"],
+                       check=True)  # fmt: skip
+        line = _one_error_line(_replay(str(path)))
+        assert line == (
+            f"vllm-sentinel: {path}: a tar archive: unpack it first (tar -xf {path}) and replay "
+            "the log files in it"
+        )
+
+    def test_a_tar_archive_on_stdin_names_the_tar_flag(self, tmp_path: Path) -> None:
+        """On stdin the command reads the archive from stdin, with the decompression flag."""
+        (tmp_path / "vllm.log").write_bytes(LOG.read_bytes())
+        data = subprocess.run(
+            ["tar", "-cz", "-C", str(tmp_path), "vllm.log"], check=True, capture_output=True
+        ).stdout
+        line = _one_error_line(_replay("-", stdin=data))
+        assert line == (
+            "vllm-sentinel: stdin: a tar archive: unpack it first (tar -xzf -) and replay the "
+            "log files in it"
+        )
+
     def test_a_log_with_a_few_binary_bytes_still_replays(self, plain: bytes) -> None:
         """NUL bytes from a crashed writer, a journald blob note, colour and tqdm's ``\\r``."""
         lines = LOG.read_bytes().split(b"\n")

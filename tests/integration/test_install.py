@@ -71,9 +71,16 @@ def _fake_vllm(root: BootedRoot, unit: str) -> None:
     assert result.returncode == 0, result.stderr.decode()
 
 
+# Root's own interpreter first on PATH, as pyenv (``/root/.pyenv/shims``) or a user install
+# leaves it: ``/root`` is mode 0700, so a venv made from it cannot run as the service user.
+ROOT_PYTHON_DIR = "/root/.local/python/bin"
+
+
 def _run_block(root: BootedRoot, name: str) -> subprocess.CompletedProcess[bytes]:
-    """Run README's block NAME with bash -e in the checkout, as root, offline pip."""
+    """Run README's block NAME with bash -e in the checkout, as root, offline pip, with a
+    ``python3`` under ``/root`` first on PATH."""
     env = {
+        "PATH": f"{ROOT_PYTHON_DIR}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
         "PIP_NO_INDEX": "1",
         "PIP_FIND_LINKS": WHEELHOUSE,
         "PIP_CONFIG_FILE": "/dev/null",
@@ -119,8 +126,12 @@ def root(tmp_path: Path, built_package: BuiltPackage) -> Iterator[BootedRoot]:
     for path in ("/opt/vllm-sentinel", "/etc/vllm-sentinel", UNIT):
         assert not Path(path).exists(), f"{path} exists on this machine: not a clean lower layer"
     booted = BootedRoot(tmp_path / "root", binds={WHEELHOUSE: built_package.wheelhouse})
+    private = booted.path(ROOT_PYTHON_DIR)
+    private.mkdir(parents=True)
+    (private / "python3").symlink_to("/usr/bin/python3")  # what `python3` is for root here
+    booted.path("/root").chmod(0o700)  # as on a host (the overlay takes the upper's mode)
     checkout = booted.path(CHECKOUT)
-    checkout.parent.mkdir(parents=True)
+    checkout.parent.mkdir(parents=True, exist_ok=True)
     subprocess.run(["cp", "-a", str(built_package.tree), str(checkout)], check=True)
     try:
         booted.start()

@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from vllm_sentinel.hints import CAUSE_HINTS  # noqa: E402
+from vllm_sentinel.hints import CAUSE_HINTS, GENERIC_FIELDS, generic_text  # noqa: E402
 
 RULES = ROOT / "deploy" / "prometheus" / "vllm-sentinel-rules.yml"
 MARKER = "# hint: generated from vllm_sentinel/hints.py by scripts/build-alert-hints.py"
@@ -40,6 +40,8 @@ RUNBOOK = (
 )
 ACTION = re.compile(r"\{\{.*?\}\}")
 NBSP = "\x00"
+# A row's fields as an alert fills them: the unit from its label, the rest in general form.
+FIELDS = {**GENERIC_FIELDS, "unit": "{{ $labels.unit }}"}
 
 # alert → (expression of the cause, of the phase, template text before and after the chain)
 ALERTS: dict[str, tuple[str, str, str, str]] = {
@@ -66,8 +68,10 @@ def _branches(cause: str, phase: str) -> list[str]:
     """One `if`/`else if` branch per cause, phase variants nested; `unknown` is the `else`."""
     causes: dict[str, list[tuple[tuple[str, ...], str]]] = {}
     for row in CAUSE_HINTS:
+        if row.when:
+            continue  # its evidence is in the crash message, which no alert label carries
         phases = tuple(sorted(item.value for item in row.phases))
-        causes.setdefault(row.cause, []).append((phases, row.text))
+        causes.setdefault(row.cause, []).append((phases, generic_text(row, FIELDS)))
     branches = []
     fallback = ""
     for name, rows in causes.items():

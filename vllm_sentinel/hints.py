@@ -4,7 +4,11 @@ A root cause is half an answer; the other half is the fix. Three tables, all dat
 
 * ``CAUSE_HINTS`` — one row per crash cause of the bounded set (``causes.CrashCause``), some
   with a variant per phase (a ``cuda_oom`` while loading weights is a model that does not fit;
-  later it is a memory budget). Every cause has a row without phases: the default.
+  later it is a memory budget) or under a condition of ``CONDITIONS`` (a ``cuda_oom`` where
+  another process held the GPU's memory: stop it, no smaller budget helps). Every cause has a
+  row without phases or condition: the default. A row's text may name ``{unit}`` and
+  ``{journal_command}``, filled from the crash and its context (``generic_text`` fills them
+  for the alert rules, which have neither).
 * ``MESSAGE_HINTS`` — one row per well-known message shape: a regex whose named groups fill
   the fix, so the hint carries what the message said (the exact ``pip install`` line of two
   versions that must match, the package of a missing module, the KV cache needed against the
@@ -23,6 +27,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from types import MappingProxyType
 
 from vllm_sentinel.causes import DEFAULT_BENIGN_PATTERNS
@@ -32,16 +37,21 @@ from vllm_sentinel.snapshot import CrashInfo, GpuProcessUsage
 __all__ = [
     "BENIGN_NOTES",
     "CAUSE_HINTS",
+    "CONDITIONS",
+    "GENERIC_FIELDS",
+    "HELD_BY_OTHERS_RATIO",
     "MESSAGE_HINTS",
     "MODULE_PACKAGES",
     "RUNBOOK_PATH",
     "RUNBOOK_URL",
     "BenignNote",
     "CauseHint",
+    "Condition",
     "Hint",
     "HintContext",
     "MessageHint",
     "explain_benign",
+    "generic_text",
     "hint_for",
     "runbook_anchor",
 ]
@@ -92,11 +102,30 @@ class HintContext:
 
 @dataclass(frozen=True, slots=True)
 class CauseHint:
-    """A row of ``CAUSE_HINTS``: the hint of a cause, or of a cause in some phases."""
+    """A row of ``CAUSE_HINTS``: the hint of a cause, or of a cause in some phases, or when a
+    condition of ``CONDITIONS`` (named by ``when``) holds for the crash."""
 
     cause: str
     text: str
     phases: frozenset[Phase] = frozenset()
+    when: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Condition:
+    """A row of ``CONDITIONS``: evidence a ``CauseHint`` row may require.
+
+    Attributes:
+        name: what ``CauseHint.when`` names.
+        holds: reads the crash (its exception and message) and the daemon's context.
+        source: where the evidence comes from.
+        example: a message it holds for (tests check it).
+    """
+
+    name: str
+    holds: Callable[[CrashInfo, HintContext | None], bool]
+    source: str
+    example: str
 
 
 _Fields = Mapping[str, str]
@@ -147,7 +176,22 @@ _MEMORY_BUDGET = (
     "`--enforce-eager` tells whether CUDA graphs are the cause."
 )
 
+_OOM_KILLER = (
+    "confirm with `journalctl -k --grep 'Out of memory|oom-kill'` and `systemctl show -p "
+    "MemoryMax,MemoryPeak {unit}`; then add RAM, raise the unit's `MemoryMax`, or use less "
+    "CPU memory (lower `--swap-space`, `--cpu-offload-gb`; fewer workers loading at once)."
+)
+
 CAUSE_HINTS: tuple[CauseHint, ...] = (
+    CauseHint(
+        "cuda_oom",
+        "Memory on the GPU was already in use by another process (a stale vLLM still exiting, "
+        "another unit, a notebook), so no smaller budget helps: find it with `nvidia-smi "
+        "--query-compute-apps=pid,process_name,used_memory --format=csv` (`ps -o unit= -p PID` "
+        "names its unit), stop it and restart this unit; give units disjoint "
+        "`CUDA_VISIBLE_DEVICES`.",
+        when="gpu_memory_held_by_others",
+    ),
     CauseHint(
         "cuda_oom",
         "The model does not fit in device memory at this size and dtype: raise "
@@ -169,8 +213,8 @@ CAUSE_HINTS: tuple[CauseHint, ...] = (
     ),
     CauseHint(
         "host_oom",
-        "The kernel's OOM killer ended the process: host RAM ran out, not GPU memory. Lower "
-        "`--swap-space`, load with fewer workers at once, or add RAM.",
+        "The kernel's OOM killer ended the process: host RAM (or the unit's cgroup limit) ran "
+        "out, not GPU memory; " + _OOM_KILLER,
     ),
     CauseHint(
         "nccl_error",
@@ -261,8 +305,8 @@ CAUSE_HINTS: tuple[CauseHint, ...] = (
     ),
     CauseHint(
         "unknown",
-        "No known cause was recognised: read the incarnation's last lines "
-        "(`journalctl _SYSTEMD_INVOCATION_ID=…`); a recurring cause belongs in the table of "
+        "No known cause was recognised: read the dead incarnation's own lines "
+        "({journal_command}); a recurring cause belongs in the table of "
         "`vllm_sentinel/causes.py`.",
     ),
     CauseHint(
@@ -271,7 +315,104 @@ CAUSE_HINTS: tuple[CauseHint, ...] = (
         "late lines may follow): the cause and its fix appear once it settles.",
     ),
 )
-"""One default row per cause (no ``phases``), and phase variants listed before it."""
+"""One default row per cause (no ``phases``, no ``when``), its variants listed before it: the
+first row whose condition and phases fit the crash is taken."""
+
+
+# --------------------------------------------------------------------------- conditions
+
+_SIZE_UNITS: Mapping[str, int] = MappingProxyType(
+    {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
+)
+_OOM_CAPACITY = re.compile(
+    r"GPU \d+ has a total capacity of (?P<total>[\d.]+) (?P<unit>[KMGT]?i?B)"
+)
+_OOM_PROCESS = re.compile(
+    r"(?P<who>Process \d+|this process) has (?P<held>[\d.]+) (?P<unit>[KMGT]?i?B) memory in use"
+)
+HELD_BY_OTHERS_RATIO = 0.10
+"""Other processes holding this share of a GPU crowd vLLM out: its default
+``--gpu-memory-utilization`` (0.9) leaves 10 % for everything else."""
+
+
+def _bytes(number: str, unit: str) -> float:
+    return float(number) * _SIZE_UNITS.get(unit, 1)
+
+
+def _held_by_others(crash: CrashInfo, context: HintContext | None) -> bool:
+    """PyTorch's out-of-memory report lists every process on the GPU (NVML): ``Process N has
+    X memory in use`` for the others, ``this process has …`` for itself. Others holding
+    ``HELD_BY_OTHERS_RATIO`` of the GPU's capacity are the cause. In a container PyTorch cannot
+    tell its own PID from NVML's (no ``this process``): the largest listed one is taken as
+    itself."""
+    text = crash.message
+    capacity = _OOM_CAPACITY.search(text)
+    if capacity is None:
+        return False
+    total = _bytes(capacity["total"], capacity["unit"])
+    listed = [
+        (found["who"], _bytes(found["held"], found["unit"]))
+        for found in _OOM_PROCESS.finditer(text)
+    ]
+    others = [held for who, held in listed if who != "this process"]
+    if others and len(others) == len(listed):
+        others.remove(max(others))
+    return total > 0 and sum(others) >= HELD_BY_OTHERS_RATIO * total
+
+
+CONDITIONS: Mapping[str, Condition] = MappingProxyType(
+    {
+        "gpu_memory_held_by_others": Condition(
+            "gpu_memory_held_by_others",
+            _held_by_others,
+            "PyTorch caching allocator's out-of-memory message (c10/cuda/CUDACachingAllocator.cpp "
+            "reportProcessMemoryInfo, torch 2.1+): the GPU's processes from NVML",
+            "CUDA out of memory. Tried to allocate 60.00 MiB. GPU 2 has a total capacity of "
+            "79.22 GiB of which 2.06 MiB is free. Process 3888866 has 71.11 GiB memory in use. "
+            "Including non-PyTorch memory, this process has 8.08 GiB memory in use.",
+        ),
+    }
+)
+"""The evidence ``CauseHint.when`` may name, by name."""
+
+
+# --------------------------------------------------------------------------- context fields
+
+_INVOCATION_ID = re.compile(r"[0-9A-Za-z-]{1,64}")
+_WINDOW_BEFORE = timedelta(minutes=10)  # the journal read before a crash of unknown start
+_WINDOW_AFTER = timedelta(minutes=1)
+_JOURNAL_TIME = "%Y-%m-%d %H:%M:%S UTC"  # systemd.time(7) with an explicit zone
+
+GENERIC_FIELDS: Mapping[str, str] = MappingProxyType(
+    {
+        "unit": "UNIT",
+        "journal_command": "`journalctl _SYSTEMD_INVOCATION_ID=ID -o cat`, ID being the crash's "
+        "`invocation_id` in `vllm-sentinel status --json`",
+    }
+)
+
+
+def _context_fields(crash: CrashInfo, context: HintContext | None) -> dict[str, str]:
+    """``{unit}`` and ``{journal_command}`` for one crash: the journalctl command that prints
+    exactly the dead incarnation's lines (its invocation id), else the unit's lines in a
+    window before the crash."""
+    unit = _bounded(context.unit) if context is not None and context.unit else "UNIT"
+    ident = crash.invocation_id
+    if ident and _INVOCATION_ID.fullmatch(ident):
+        command = f"`journalctl _SYSTEMD_INVOCATION_ID={ident} -o cat`"
+    elif crash.at is not None:
+        since = (crash.at - _WINDOW_BEFORE).strftime(_JOURNAL_TIME)
+        until = (crash.at + _WINDOW_AFTER).strftime(_JOURNAL_TIME)
+        command = f"`journalctl --unit {unit} --since '{since}' --until '{until}' -o cat`"
+    else:
+        command = f"`journalctl --unit {unit} -o cat`"
+    return {"unit": unit, "journal_command": command}
+
+
+def generic_text(row: CauseHint, fields: Mapping[str, str] = GENERIC_FIELDS) -> str:
+    """A cause row's text without a crash: its fields in their general form (the alert rules
+    pass theirs, e.g. the ``unit`` label)."""
+    return row.text.format_map(fields)
 
 
 # --------------------------------------------------------------------------- message hints
@@ -710,6 +851,16 @@ MESSAGE_HINTS: tuple[MessageHint, ...] = (
         "RuntimeError: level_zero backend failed with error: 40 (UR_RESULT_ERROR_OUT_OF_RESOURCES)",
     ),
     MessageHint(
+        "sigkill",
+        frozenset({"killed"}),
+        r"(?:^|\s)Killed(?:\s|$)|\bsignal KILL\b|status=9/KILL|\bcode 137$",
+        "Killed by SIGKILL: most often the kernel's OOM killer (host RAM or the unit's "
+        "`MemoryMax` ran out, not GPU memory); " + _OOM_KILLER,
+        "bash jobs.c (`Killed`), systemd (`code=killed, status=9/KILL`), docker (exit 137)",
+        "./serve.sh: line 12:  4242 Killed                  python -m vllm.entrypoints.openai."
+        "api_server --model /models/llama",
+    ),
+    MessageHint(
         "port_taken",
         frozenset({"port_in_use"}),
         r"bind(?:ing)? (?:on|to) address \('(?P<host>[^']*)', (?P<port>\d+)\)",
@@ -840,16 +991,20 @@ def runbook_anchor(cause: str) -> str:
     return f"{RUNBOOK_PATH}#{cause}"
 
 
-def _cause_text(cause: str, phase: Phase) -> str:
-    default = ""
-    for row in CAUSE_HINTS:
-        if row.cause != cause:
+def _cause_text(crash: CrashInfo, context: HintContext | None) -> str:
+    """The first row of the crash's cause whose condition and phases fit (``unknown``'s
+    default for a cause without rows), its fields filled."""
+    cause = crash.cause.value
+    rows = [row for row in CAUSE_HINTS if row.cause == cause] or [
+        row for row in CAUSE_HINTS if row.cause == "unknown" and not row.phases and not row.when
+    ]
+    for row in rows:
+        if row.phases and crash.phase not in row.phases:
             continue
-        if phase in row.phases:
-            return row.text
-        if not row.phases and not default:
-            default = row.text
-    return default or next(row.text for row in CAUSE_HINTS if row.cause == "unknown")
+        if row.when and not CONDITIONS[row.when].holds(crash, context):
+            continue
+        return row.text.format_map(_context_fields(crash, context))
+    return ""  # unreachable: every cause has a default row (tests check)
 
 
 def _bounded(value: str | None) -> str:
@@ -905,16 +1060,17 @@ def hint_for(crash: CrashInfo, context: HintContext | None = None) -> Hint:
         found = pattern.search(text)
         if found is None:
             continue
-        fields = {key: _bounded(value) for key, value in found.groupdict().items()}
+        fields = _context_fields(crash, context)
+        fields.update({key: _bounded(value) for key, value in found.groupdict().items()})
         if row.derive is not None:
             fields.update(row.derive(fields))  # built from bounded fields
         hint = row.template.format_map(fields)
         if row.with_cause_hint:
-            hint = f"{hint} {_cause_text(cause, crash.phase)}"
+            hint = f"{hint} {_cause_text(crash, context)}"
         if row.names_gpu_processes:
             hint += _holders(context)
         return Hint(hint, cause, row.name, runbook_anchor(cause))
-    hint = _cause_text(cause, crash.phase)
+    hint = _cause_text(crash, context)
     if cause in ("gpu_memory_in_use", "cuda_oom"):
         hint += _holders(context)
     return Hint(hint, cause, f"cause:{cause}", runbook_anchor(cause))

@@ -31,12 +31,12 @@ if TYPE_CHECKING:
 __all__ = [
     "COMPRESSIONS",
     "FOREIGN_FORMATS",
+    "TAR_MAGIC",
+    "TAR_MAGIC_OFFSET",
     "Compression",
     "CorruptInputError",
     "InputError",
     "NotALogError",
-    "TAR_MAGIC",
-    "TAR_MAGIC_OFFSET",
     "TarArchiveError",
     "UnreadableInputError",
     "is_binary",
@@ -114,9 +114,7 @@ COMPRESSIONS: tuple[Compression, ...] = (
         "gzip", b"\x1f\x8b", "RFC 1952 (stdlib gzip; several members read)", "x.log.gz", "z"
     ),
     Compression("xz", b"\xfd7zXZ\x00", "XZ file format 1.2 (stdlib lzma)", "x.log.xz", "J"),
-    Compression(
-        "zstd", b"\x28\xb5\x2f\xfd", "RFC 8878 (zstandard package)", "x.log.zst", "--zstd"
-    ),
+    Compression("zstd", b"\x28\xb5\x2f\xfd", "RFC 8878 (zstandard package)", "x.log.zst", "--zstd"),
     Compression("bzip2", b"BZh", "bzip2 1.0 (stdlib bz2)", "x.log.bz2", "j"),
 )
 

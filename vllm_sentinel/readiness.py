@@ -19,7 +19,7 @@ Each unit is one JSON object in the shape vLLM's users ask for (vllm-project/vll
      "ready_source": null,            # "log" | "health_probe" once ready
      "invocation_id": "…", "started_at": "…Z", "ready_at": null,
      "model": "…", "vllm_version": "…", "tensor_parallel_size": 8,
-     "last_crash": {"cause", "exception", "message", "phase", "at",
+     "last_crash": {"cause", "exception", "message", "phase", "at", "invocation_id",
                     "hint": {"text", "runbook", "rule"}} | null,   # report.crash_to_json
      "health": {"url", "up", "status", "error", "last_probe_at", "last_success_at",
                 "failing_since", "duration_seconds", "served_models"} | null}

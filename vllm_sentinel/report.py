@@ -8,7 +8,7 @@ JSON shape (stable; extra keys may be added, none removed)::
         "phases": [{"phase": str, "entered_at": iso8601|null}],
         "furthest_phase": str, "outcome": str,
         "crash": null | {"cause": str, "exception": str, "message": str, "phase": str,
-                         "at": iso8601|null,
+                         "at": iso8601|null, "invocation_id": str|null,
                          "hint": {"text": str, "runbook": str, "rule": str}},
         "pids": [int], "benign_errors": int,
         "benign_lines": [{"line": str, "why": str}],
@@ -26,6 +26,8 @@ JSON shape (stable; extra keys may be added, none removed)::
 
 (the ``*_last_24h`` keys when a reference time is given: ``/status`` has them, ``replay`` not).
 Crash hints come from ``hints.hint_for``; ``/status`` gives them the host's GPU processes.
+``invocation_id`` is the crashed incarnation's systemd invocation id (``_SYSTEMD_INVOCATION_ID``
+of journal JSON; ``null`` when the input did not say, as in plain text).
 ``startup`` is there for an incarnation that reached ready with its start seen: its phase
 durations against the median of the earlier such incarnations of the unit in the same
 document (``eta.compare_startup``: the same model's, else any model's).
@@ -87,6 +89,7 @@ def crash_to_json(
         "message": crash.message,
         "phase": crash.phase.value,
         "at": iso_utc(crash.at),
+        "invocation_id": crash.invocation_id,
         "hint": {"text": hint.text, "runbook": hint.runbook, "rule": hint.rule},
     }
 
@@ -174,6 +177,8 @@ def unit_to_json(
         context: what the hints may use beyond the log (the host's GPU processes).
         now: the reference time of the ``*_last_24h`` counts (left out when ``None``).
     """
+    if context is None:
+        context = HintContext(unit.unit)  # the hints' journalctl commands name the unit
     document = {
         "unit": unit.unit,
         "host": unit.host,
@@ -373,7 +378,7 @@ def render_text(
             if eta is not None:
                 out.append(eta)
             if item.crash is not None:
-                hint = hint_for(item.crash)
+                hint = hint_for(item.crash, HintContext(unit.unit))
                 out += _wrapped(f"hint: {hint.text} (see {hint.runbook})", width)
         out.append("")
     return "\n".join(out).rstrip() + "\n" if out else "no vLLM records found\n"

@@ -21,9 +21,8 @@ from tests.support.promql import (
     rules,
 )
 from vllm_sentinel.causes import CrashCause
-from vllm_sentinel.hints import CAUSE_HINTS, hint_for
+from vllm_sentinel.hints import CAUSE_HINTS, GENERIC_FIELDS, generic_text
 from vllm_sentinel.phases import Phase
-from vllm_sentinel.snapshot import CrashInfo
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES_PATH = ROOT / "deploy" / "prometheus" / "vllm-sentinel-rules.yml"
@@ -397,9 +396,17 @@ class TestPromtool:
                     {"series": f"vllm_sentinel_unit_last_crash_info{{{info}}}", "values": "1x11"}
                 )
                 description = f"{unit} on gpu-a crashed in phase {phase} with root cause {cause}."
-            crash = CrashInfo(CrashCause(cause), "", "", Phase(phase or "crashed"), None)
+            # the cause's row as hints.py picks it (rows under a condition read the message,
+            # which no alert carries), its fields in general form but the unit, from its label
+            crashed = Phase(phase or "crashed")
+            row = next(
+                row
+                for row in CAUSE_HINTS
+                if row.cause == cause and not row.when and (not row.phases or crashed in row.phases)
+            )
+            text = generic_text(row, {**GENERIC_FIELDS, "unit": unit})
             # the sentinel's own runbook (job:vllm_sentinel_runbook_url:info), the cause's section
-            hint = f"{hint_for(crash).text} Runbook: http://s:9842/runbook#{cause}"
+            hint = f"{text} Runbook: http://s:9842/runbook#{cause}"
             annotations = {
                 "summary": f"vLLM {unit} on gpu-a crashed: {cause}",
                 "description": f"{description} See the runbook's section on {cause}.",

@@ -10,9 +10,11 @@ from pathlib import Path
 import pytest
 
 from vllm_sentinel.causes import DEFAULT_BENIGN_PATTERNS, CrashCause, classify_exception
+from vllm_sentinel.failure_lines import classify_failure_line
 from vllm_sentinel.hints import (
     BENIGN_NOTES,
     CAUSE_HINTS,
+    CONDITIONS,
     MESSAGE_HINTS,
     MODULE_PACKAGES,
     HintContext,
@@ -68,6 +70,9 @@ class TestMessageRows:
         """The example classifies into one of the row's causes, and that row gives the hint
         (not an earlier one), filled in: no placeholder left, values from the message."""
         cause, _ = classify_exception("", row.example)
+        line = classify_failure_line(row.example)  # a shell's, systemd's, docker's line
+        if cause is C.UNKNOWN and line is not None:
+            cause = line.cause
         assert cause.value in row.causes, f"{row.name}: example classified as {cause}"
         hint = hint_for(crash(cause, row.example))
         assert hint.rule == row.name
@@ -292,3 +297,112 @@ class TestBenign:
 def test_module_table_maps_import_names_to_other_package_names() -> None:
     """Only names that differ are listed: the fallback already installs a same-name package."""
     assert [module for module, package in MODULE_PACKAGES.items() if module == package] == []
+
+
+class TestMemoryHeldByOthers:
+    """A ``cuda_oom`` where another process held the GPU's memory: stop it, not a smaller
+    budget (PyTorch's report names the other processes: c10 CUDACachingAllocator)."""
+
+    # corpus 007: another process (3888866) held 71 of GPU 2's 79 GiB when the worker loaded
+    HELD = (
+        "CUDA out of memory. Tried to allocate 60.00 MiB. GPU 2 has a total capacity of 79.22 "
+        "GiB of which 2.06 MiB is free. Process 3888866 has 71.11 GiB memory in use. Including "
+        "non-PyTorch memory, this process has 8.08 GiB memory in use. Of the allocated memory "
+        "4.90 GiB is allocated by PyTorch, and 66.39 MiB is reserved by PyTorch but unallocated."
+    )
+    # the process itself held nearly all of it; another one (a display server) a little
+    OWN = (
+        "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.22 GiB "
+        "of which 1.06 GiB is free. Process 1234 has 312.00 MiB memory in use. Including "
+        "non-PyTorch memory, this process has 77.80 GiB memory in use."
+    )
+    COMMAND = "`nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv`"
+
+    @pytest.mark.parametrize("phase", [Phase.LOADING_WEIGHTS, Phase.PROFILING_KV_CACHE])
+    def test_another_process_holding_the_gpu_is_named_as_the_cause(self, phase: Phase) -> None:
+        """The hint says another process held the memory and how to find it; it does not tell
+        to shrink the model's budget or split the model."""
+        hint = hint_for(crash(C.CUDA_OOM, self.HELD, "torch.OutOfMemoryError", phase))
+        assert hint.rule == "oom_allocation"
+        assert "process 3888866 held 71.11 GiB there" in hint.text
+        assert self.COMMAND in hint.text
+        assert "already in use" in hint.text
+        for advice in ("--gpu-memory-utilization", "--max-model-len", "--tensor-parallel-size"):
+            assert f"lower `{advice}`" not in hint.text and f"raise `{advice}`" not in hint.text
+
+    def test_each_condition_holds_for_its_example(self) -> None:
+        """Every condition a row may name is in the table and holds for its example."""
+        named = {row.when for row in CAUSE_HINTS if row.when}
+        assert named <= set(CONDITIONS)
+        for name, condition in CONDITIONS.items():
+            assert condition.name == name and condition.source
+            assert condition.holds(crash(C.CUDA_OOM, condition.example), None), name
+
+    def test_own_pid_unknown_in_a_container_is_not_counted(self) -> None:
+        """Without ``this process`` (a PID namespace), the largest process is taken as itself."""
+        message = self.OWN.replace("Including non-PyTorch memory, this process", "Process 77")
+        hint = hint_for(crash(C.CUDA_OOM, message, phase=Phase.PROFILING_KV_CACHE))
+        assert self.COMMAND not in hint.text
+
+    def test_own_memory_keeps_the_budget_hint(self) -> None:
+        """312 MiB of another process on an 79 GiB GPU is not the cause: the budget is."""
+        hint = hint_for(
+            crash(C.CUDA_OOM, self.OWN, "torch.OutOfMemoryError", Phase.PROFILING_KV_CACHE)
+        )
+        assert self.COMMAND not in hint.text
+        assert "`--max-num-seqs`" in hint.text
+
+
+class TestKilled:
+    """A SIGKILL nobody sent on purpose is most often the kernel's OOM killer."""
+
+    @pytest.mark.parametrize(
+        "message",
+        [
+            "Killed",  # bash's job report (corpus 312)
+            "./serve.sh: line 12:  4242 Killed                  python -m vllm.entrypoints",
+            "main process killed, signal KILL",  # systemd: code=killed, status=9/KILL
+            "vllm-1 exited with code 137",  # docker compose: 128 + 9
+        ],
+    )
+    def test_sigkill_names_the_oom_killer_and_how_to_confirm(self, message: str) -> None:
+        """The OOM killer as the likely cause, the commands that confirm it, and the fixes."""
+        hint = hint_for(crash(C.KILLED, message, phase=Phase.PROFILING_KV_CACHE))
+        assert "OOM killer" in hint.text
+        assert "`journalctl -k --grep 'Out of memory|oom-kill'`" in hint.text
+        assert "`systemctl show -p MemoryMax,MemoryPeak " in hint.text
+        for fix in ("`MemoryMax`", "`--swap-space`", "`--cpu-offload-gb`"):
+            assert fix in hint.text
+        assert hint.runbook == "docs/runbook.md#killed"
+
+    def test_other_signals_keep_the_generic_hint(self) -> None:
+        """A segfault is not the OOM killer."""
+        hint = hint_for(crash(C.KILLED, "Segmentation fault (core dumped)"))
+        assert "OOM killer" not in hint.text
+
+    def test_systemd_oom_kill_hint_says_how_to_confirm(self) -> None:
+        """systemd's own word (``host_oom``): confirm in the kernel log and the unit's limit."""
+        hint = hint_for(
+            crash(
+                C.HOST_OOM,
+                "vllm.service: A process of this unit has been killed by the OOM killer.",
+            ),
+            HintContext("vllm.service"),
+        )
+        assert "`journalctl -k --grep 'Out of memory|oom-kill'`" in hint.text
+        assert "`systemctl show -p MemoryMax,MemoryPeak vllm.service`" in hint.text
+        assert "`--cpu-offload-gb`" in hint.text
+
+    def test_runbook_section_says_how_to_confirm(self) -> None:
+        """docs/runbook.md#killed: the OOM killer, the commands, the fixes."""
+        text = RUNBOOK.read_text(encoding="utf-8")
+        section = text.split("\n### killed\n", 1)[1].split("\n### ", 1)[0]
+        for needle in (
+            "OOM killer",
+            "journalctl -k --grep 'Out of memory|oom-kill'",
+            "systemctl show -p MemoryMax,MemoryPeak",
+            "MemoryMax",
+            "--swap-space",
+            "--cpu-offload-gb",
+        ):
+            assert needle in section, needle

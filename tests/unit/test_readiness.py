@@ -132,6 +132,7 @@ class TestStates:
             "message": CRASH.message,
             "phase": "loading_weights",
             "at": "2025-03-01T12:01:20Z",
+            "invocation_id": "inv-1",
             "hint": {
                 "text": "`pip install flashinfer-cubin==0.6.4`: flashinfer-cubin 0.6.3 must "
                 "match flashinfer 0.6.4 (or install the flashinfer that matches "

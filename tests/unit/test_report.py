@@ -5,13 +5,16 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from tests.support.snapshots import AT, basic_snapshot
+from vllm_sentinel.causes import CrashCause
 from vllm_sentinel.hints import HintContext
+from vllm_sentinel.phases import Phase
 from vllm_sentinel.replay import replay
 from vllm_sentinel.report import render_status, render_text, status_document, unit_to_json
-from vllm_sentinel.snapshot import GpuProcessUsage, Snapshot
+from vllm_sentinel.snapshot import CrashInfo, GpuProcessUsage, Snapshot
 from vllm_sentinel.tracker import RECENT_EVENTS_KEPT
 
 INCIDENT = "\n".join(
@@ -201,3 +204,53 @@ class TestVerdictWidth:
         assert all(len(line) <= 40 or " " not in line.strip() for line in verdict_lines)
         assert " ".join(wrapped.split()) == " ".join(render_text(units).split())
         assert len(one) == len([line for line in wrapped.splitlines() if "verdict:" in line])
+
+
+JOURNAL = (
+    Path(__file__).resolve().parents[1] / "golden/journal/001-kimi-k25-flashinfer-restart.jsonl"
+)
+
+
+class TestCrashIdentity:
+    def test_last_crash_names_the_crashed_invocation(self) -> None:
+        """Journal JSON: ``last_crash.invocation_id`` is the dead incarnation's
+        ``_SYSTEMD_INVOCATION_ID``, and every incarnation's crash carries its own id."""
+        (unit,) = replay([[JOURNAL.read_bytes()]]).units
+        document = unit_to_json(unit)
+        crashed = next(item for item in document["incarnations"] if item["crash"])
+        assert document["last_crash"]["invocation_id"] == crashed["id"]
+        assert crashed["id"] == "3f1c9a7be2d44c0a9b61f0d2c8e4a517"  # the first invocation
+        assert crashed["crash"]["invocation_id"] == crashed["id"]
+
+    def test_unknown_id_is_null(self) -> None:
+        """A plain-text log names no invocation: the key is there, ``null``."""
+        (unit,) = _units()
+        assert unit_to_json(unit)["last_crash"]["invocation_id"] is None
+
+    def test_unknown_cause_gives_the_journalctl_command_of_the_dead_incarnation(self) -> None:
+        """With the id: ``journalctl _SYSTEMD_INVOCATION_ID=<id> -o cat``, in JSON and text."""
+        crash = CrashInfo(
+            CrashCause.UNKNOWN,
+            "",
+            "",
+            Phase.LOADING_WEIGHTS,
+            AT,
+            "0123456789abcdef0123456789abcdef",
+        )
+        unit = replace(basic_snapshot().hosts[0].units[0], last_crash=crash)
+        hint = unit_to_json(unit)["last_crash"]["hint"]
+        assert (
+            "`journalctl _SYSTEMD_INVOCATION_ID=0123456789abcdef0123456789abcdef -o cat`"
+            in (hint["text"])
+        )
+        assert "…" not in hint["text"]
+
+    def test_unknown_cause_without_an_id_gives_the_unit_and_a_time_window(self) -> None:
+        """Without the id: the unit and the minutes before the crash (journalctl's UTC form)."""
+        crash = CrashInfo(CrashCause.UNKNOWN, "", "", Phase.LOADING_WEIGHTS, AT, None)
+        unit = replace(basic_snapshot().hosts[0].units[0], last_crash=crash)
+        hint = unit_to_json(unit)["last_crash"]["hint"]
+        assert (
+            f"`journalctl --unit {unit.unit} --since '2025-03-01 12:20:00 UTC' "
+            "--until '2025-03-01 12:31:00 UTC' -o cat`"
+        ) in hint["text"], hint["text"]

@@ -400,12 +400,16 @@ def _context_fields(crash: CrashInfo, context: HintContext | None) -> dict[str, 
     ident = crash.invocation_id
     if ident and _INVOCATION_ID.fullmatch(ident):
         command = f"`journalctl _SYSTEMD_INVOCATION_ID={ident} -o cat`"
-    elif crash.at is not None:
-        since = (crash.at - _WINDOW_BEFORE).strftime(_JOURNAL_TIME)
-        until = (crash.at + _WINDOW_AFTER).strftime(_JOURNAL_TIME)
-        command = f"`journalctl --unit {unit} --since '{since}' --until '{until}' -o cat`"
     else:
         command = f"`journalctl --unit {unit} -o cat`"
+        if crash.at is not None:
+            try:
+                since = (crash.at - _WINDOW_BEFORE).strftime(_JOURNAL_TIME)
+                until = (crash.at + _WINDOW_AFTER).strftime(_JOURNAL_TIME)
+            except OverflowError:  # a log time at the end of the calendar: no window
+                pass
+            else:
+                command = f"`journalctl --unit {unit} --since '{since}' --until '{until}' -o cat`"
     return {"unit": unit, "journal_command": command}
 
 

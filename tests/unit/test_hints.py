@@ -406,3 +406,10 @@ class TestKilled:
             "--cpu-offload-gb",
         ):
             assert needle in section, needle
+
+
+def test_unknown_hint_at_the_end_of_the_calendar_has_no_window() -> None:
+    """A crash logged at year 9999 (a hostile log) gives the unit's command, no window."""
+    late = CrashInfo(C.UNKNOWN, "", "", Phase.STARTING, datetime.max.replace(tzinfo=UTC))
+    hint = hint_for(late, HintContext("vllm.service"))
+    assert "`journalctl --unit vllm.service -o cat`" in hint.text

@@ -26,7 +26,13 @@ from collections.abc import Collection, Iterable, Mapping
 
 from vllm_sentinel.snapshot import GpuProcessUsage, GpuReading
 
-__all__ = ["attribute_processes", "parse_cgroup", "place_processes", "unit_from_cgroup_path"]
+__all__ = [
+    "attribute_processes",
+    "held_by_others",
+    "parse_cgroup",
+    "place_processes",
+    "unit_from_cgroup_path",
+]
 
 _UNIT_NAME = re.compile(r"[A-Za-z0-9:_.\\@-]{1,250}\.(?:service|scope|socket|mount|swap)")
 _USER_MANAGER = re.compile(r"user@\d+\.service")
@@ -127,6 +133,16 @@ def place_processes(
         unit = pid_units.get(process.pid) or journal_owner.get(process.pid)
         placed.append(GpuProcessUsage(process.pid, index, process.used_memory_bytes, unit))
     return tuple(placed)
+
+
+def held_by_others(placed: Iterable[GpuProcessUsage], unit: str) -> dict[int, int]:
+    """Bytes the processes of anything but ``unit`` hold on each GPU index (other units, and
+    processes of no known unit), from ``place_processes``' result."""
+    held: dict[int, int] = {}
+    for usage in placed:
+        if usage.unit != unit:
+            held[usage.gpu] = held.get(usage.gpu, 0) + usage.used_memory_bytes
+    return held
 
 
 def _journal_owners(items: Iterable[tuple[str, Collection[int]]]) -> dict[int, str]:

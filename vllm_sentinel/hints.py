@@ -26,13 +26,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from types import MappingProxyType
 
 from vllm_sentinel.causes import DEFAULT_BENIGN_PATTERNS
 from vllm_sentinel.phases import Phase
-from vllm_sentinel.snapshot import CrashInfo, GpuProcessUsage
+from vllm_sentinel.snapshot import CrashInfo, GpuDevice, GpuProcessUsage, UnitSnapshot
 
 __all__ = [
     "BENIGN_NOTES",
@@ -52,6 +52,7 @@ __all__ = [
     "MessageHint",
     "explain_benign",
     "generic_text",
+    "hint_context",
     "hint_for",
     "runbook_anchor",
 ]
@@ -94,10 +95,31 @@ class HintContext:
         unit: the crashed unit (its own processes are not "other processes").
         gpu_processes: processes holding GPU memory on the unit's host, from the latest GPU
             reading (``HostSnapshot.gpu_processes``).
+        held_by_others_at_start: per invocation id, bytes other processes held on each GPU
+            the incarnation used, when it started
+            (``UnitSnapshot.gpu_memory_held_by_others_at_start``).
+        gpu_total_bytes: each GPU's memory, by index (``HostSnapshot.gpus``).
     """
 
     unit: str | None = None
     gpu_processes: tuple[GpuProcessUsage, ...] = ()
+    held_by_others_at_start: Mapping[str, Mapping[int, int]] = field(default_factory=dict)
+    gpu_total_bytes: Mapping[int, int] = field(default_factory=dict)
+
+
+def hint_context(
+    unit: UnitSnapshot,
+    gpu_processes: Sequence[GpuProcessUsage] = (),
+    gpus: Sequence[GpuDevice] = (),
+) -> HintContext:
+    """What the hints of ``unit``'s crashes may use beyond the log: its host's GPU processes
+    and devices, and the memory others held on its GPUs when each incarnation started."""
+    return HintContext(
+        unit.unit,
+        tuple(gpu_processes),
+        unit.gpu_memory_held_by_others_at_start,
+        {gpu.index: gpu.memory_total_bytes for gpu in gpus},
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -340,16 +362,25 @@ def _bytes(number: str, unit: str) -> float:
 
 
 def _held_by_others(crash: CrashInfo, context: HintContext | None) -> bool:
-    """PyTorch's out-of-memory report lists every process on the GPU (NVML): ``Process N has
-    X memory in use`` for the others, ``this process has …`` for itself. Others holding
-    ``HELD_BY_OTHERS_RATIO`` of the GPU's capacity are the cause. In a container PyTorch cannot
-    tell its own PID from NVML's (no ``this process``): the largest listed one is taken as
-    itself."""
+    """Other processes held ``HELD_BY_OTHERS_RATIO`` of a GPU the incarnation used.
+
+    Two sources: the GPU collector's reading when the incarnation started (``context``), and
+    PyTorch's out-of-memory report, which lists every process on the GPU (NVML): ``Process N
+    has X memory in use`` for the others, ``this process has …`` for itself. In a container
+    PyTorch cannot tell its own PID from NVML's (no ``this process``): the largest listed one
+    is taken as itself.
+    """
+    if context is not None and crash.invocation_id is not None:
+        held = context.held_by_others_at_start.get(crash.invocation_id, {})
+        for gpu, size in held.items():
+            total = context.gpu_total_bytes.get(gpu, 0)
+            if total > 0 and size >= HELD_BY_OTHERS_RATIO * total:
+                return True
     text = crash.message
     capacity = _OOM_CAPACITY.search(text)
     if capacity is None:
         return False
-    total = _bytes(capacity["total"], capacity["unit"])
+    capacity_bytes = _bytes(capacity["total"], capacity["unit"])
     listed = [
         (found["who"], _bytes(found["held"], found["unit"]))
         for found in _OOM_PROCESS.finditer(text)
@@ -357,7 +388,7 @@ def _held_by_others(crash: CrashInfo, context: HintContext | None) -> bool:
     others = [held for who, held in listed if who != "this process"]
     if others and len(others) == len(listed):
         others.remove(max(others))
-    return total > 0 and sum(others) >= HELD_BY_OTHERS_RATIO * total
+    return capacity_bytes > 0 and sum(others) >= HELD_BY_OTHERS_RATIO * capacity_bytes
 
 
 CONDITIONS: Mapping[str, Condition] = MappingProxyType(
@@ -365,6 +396,7 @@ CONDITIONS: Mapping[str, Condition] = MappingProxyType(
         "gpu_memory_held_by_others": Condition(
             "gpu_memory_held_by_others",
             _held_by_others,
+            "the GPU collector's reading (NVML, nvidia-smi) when the incarnation started; "
             "PyTorch caching allocator's out-of-memory message (c10/cuda/CUDACachingAllocator.cpp "
             "reportProcessMemoryInfo, torch 2.1+): the GPU's processes from NVML",
             "CUDA out of memory. Tried to allocate 60.00 MiB. GPU 2 has a total capacity of "

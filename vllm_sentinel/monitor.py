@@ -32,7 +32,7 @@ from types import MappingProxyType
 
 import structlog
 
-from vllm_sentinel.attribution import attribute_processes, place_processes
+from vllm_sentinel.attribution import attribute_processes, held_by_others, place_processes
 from vllm_sentinel.causes import DEFAULT_BENIGN_PATTERNS, BenignMatcher
 from vllm_sentinel.counters import UnitCounters
 from vllm_sentinel.cursors import CursorStore, HostState
@@ -45,7 +45,7 @@ from vllm_sentinel.health import (
     is_probed,
     with_probe_readiness,
 )
-from vllm_sentinel.hints import HintContext, hint_for
+from vllm_sentinel.hints import hint_context, hint_for
 from vllm_sentinel.history import HistoryStore
 from vllm_sentinel.journal import JournalBatch
 from vllm_sentinel.markers import MarkerMatcher
@@ -131,6 +131,23 @@ class HostPlan:
 
 
 @dataclass(slots=True)
+class _StartMemory:
+    """What the GPU collector saw of one incarnation: the memory other processes held on each
+    GPU before it loaded anything, and the GPUs its own processes then held memory on."""
+
+    others: dict[int, int]
+    used_gpus: set[int] = field(default_factory=set)
+
+    def on_used_gpus(self) -> dict[int, int]:
+        """``others`` on the GPUs the incarnation used."""
+        return {gpu: size for gpu, size in self.others.items() if gpu in self.used_gpus}
+
+
+_BEFORE_LOADING = frozenset({Phase.STARTING, Phase.INITIALIZING})
+_STARTS_WATCHED = 4  # incarnations per unit whose start memory is kept (crashes, restarts)
+
+
+@dataclass(slots=True)
 class _Host:
     plan: HostPlan
     trackers: TrackerSet
@@ -140,6 +157,8 @@ class _Host:
     gpu_processes: tuple[GpuProcessUsage, ...] = ()  # the latest reading's, placed in units
     unit_gpu_bytes: dict[str, dict[int, int]] = field(default_factory=dict)
     growth: dict[str, GpuGrowth] = field(default_factory=dict)
+    # unit → invocation id → the GPU memory others held when it started (crash hints)
+    start_memory: dict[str, dict[str, _StartMemory]] = field(default_factory=dict)
     health: dict[str, HealthTracker] = field(default_factory=dict)  # unit → its probes
     backfilling: bool = False
     # The decorated unit snapshots of the last publish, reused while nothing was applied to
@@ -456,6 +475,8 @@ class Monitor:
             or usage != host.unit_gpu_bytes
             or placed != host.gpu_processes
         )
+        for tracker in trackers:
+            changed = self._watch_start(host, tracker, placed, usage[tracker.unit]) or changed
         for unit, per_gpu in usage.items():
             growth = host.growth.get(unit)
             if growth is None:
@@ -467,6 +488,34 @@ class Monitor:
             host.gpu_processes = placed
             host.published = None
             host.decorated.clear()
+
+    @staticmethod
+    def _watch_start(
+        host: _Host,
+        tracker: UnitTracker,
+        placed: tuple[GpuProcessUsage, ...],
+        own: Mapping[int, int],
+    ) -> bool:
+        """Keep what others held on the GPUs when the unit's current incarnation started
+        (the first reading while it is still starting or initializing: a reading taken after it
+        began to load says nothing about the GPU before it), and the GPUs it uses since.
+        Returns True when the published unit must change."""
+        current = tracker.snapshot().current
+        if current is None or current.id is None or current.outcome is not Outcome.RUNNING:
+            return False
+        watched = host.start_memory.setdefault(tracker.unit, {})
+        memory = watched.get(current.id)
+        if memory is None:
+            if current.phase not in _BEFORE_LOADING:
+                return False
+            memory = watched[current.id] = _StartMemory(held_by_others(placed, tracker.unit))
+            while len(watched) > _STARTS_WATCHED:
+                del watched[next(iter(watched))]  # the oldest incarnation's
+        used = {gpu for gpu, size in own.items() if size > 0}
+        if used <= memory.used_gpus:
+            return False
+        memory.used_gpus |= used
+        return True
 
     # --- publishing ----------------------------------------------------------------------
 
@@ -633,9 +682,13 @@ class Monitor:
     def _decorate_gpu(self, host: _Host, unit: UnitSnapshot, now: datetime) -> UnitSnapshot:
         growth = host.growth.get(unit.unit)
         gpu_bytes = host.unit_gpu_bytes.get(unit.unit, {})
+        watched = host.start_memory.get(unit.unit, {})
         decorated = replace(
             unit,
             gpu_memory_used_bytes=dict(gpu_bytes),
+            gpu_memory_held_by_others_at_start={
+                ident: memory.on_used_gpus() for ident, memory in watched.items()
+            },
             last_gpu_growth_at=growth.last_growth_at if growth else None,
         )
         return self._judged(host, decorated, now)
@@ -675,7 +728,7 @@ class Monitor:
                 new = unit.counted_crashes[-(counted - before) :] if counted > before else ()
                 for index, crash in enumerate(new):
                     # logged once the root cause is settled (late lines included), as counted
-                    hint = hint_for(crash, HintContext(unit.unit, host.gpu_processes))
+                    hint = hint_for(crash, hint_context(unit, host.gpu_processes, host.gpus))
                     _log.warning(
                         "unit_crashed",
                         host=host.host,

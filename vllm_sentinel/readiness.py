@@ -41,10 +41,11 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
 
-from vllm_sentinel.hints import HintContext
+from vllm_sentinel.hints import hint_context
 from vllm_sentinel.phases import Outcome, Phase
 from vllm_sentinel.report import crash_to_json, format_duration, iso_utc
 from vllm_sentinel.snapshot import (
+    GpuDevice,
     GpuProcessUsage,
     HostSnapshot,
     IncarnationSnapshot,
@@ -187,6 +188,7 @@ def unit_document(
     *,
     state_known: bool = True,
     gpu_processes: tuple[GpuProcessUsage, ...] = (),
+    gpus: tuple[GpuDevice, ...] = (),
 ) -> dict[str, Any]:
     """One unit's startup document (the module docstring has the shape).
 
@@ -195,6 +197,7 @@ def unit_document(
         now: the time the document describes (the snapshot's time).
         state_known: False while the host's journal collector is down.
         gpu_processes: the host's GPU processes, named in a memory crash's hint.
+        gpus: the host's GPUs (their sizes weigh the memory others held at a start).
     """
     state = unit_state(unit)
     current = unit.current
@@ -224,7 +227,7 @@ def unit_document(
         "model": current.model if current else None,
         "vllm_version": current.vllm_version if current else None,
         "tensor_parallel_size": current.tensor_parallel_size if current else None,
-        "last_crash": crash_to_json(unit.last_crash, HintContext(unit.unit, gpu_processes)),
+        "last_crash": crash_to_json(unit.last_crash, hint_context(unit, gpu_processes, gpus)),
         "health": _health(unit.health),
     }
 
@@ -244,6 +247,7 @@ def units_document(snapshot: Snapshot) -> dict[str, Any]:
                 snapshot.at,
                 state_known=_is_known(host),
                 gpu_processes=host.gpu_processes,
+                gpus=host.gpus,
             )
             for host in snapshot.hosts
             for unit in host.units
@@ -263,5 +267,6 @@ def find_unit(snapshot: Snapshot, host: str, unit: str) -> dict[str, Any] | None
                     snapshot.at,
                     state_known=_is_known(entry),
                     gpu_processes=entry.gpu_processes,
+                    gpus=entry.gpus,
                 )
     return None

@@ -41,7 +41,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from vllm_sentinel.eta import StartupComparison, compare_startup, remember, startup_record
-from vllm_sentinel.hints import HintContext, explain_benign, hint_for
+from vllm_sentinel.hints import HintContext, explain_benign, hint_context, hint_for
 from vllm_sentinel.phases import Outcome, Phase
 from vllm_sentinel.snapshot import (
     CollectorState,
@@ -178,7 +178,7 @@ def unit_to_json(
         now: the reference time of the ``*_last_24h`` counts (left out when ``None``).
     """
     if context is None:
-        context = HintContext(unit.unit)  # the hints' journalctl commands name the unit
+        context = hint_context(unit)  # the hints' journalctl commands name the unit
     document = {
         "unit": unit.unit,
         "host": unit.host,
@@ -422,7 +422,9 @@ def status_document(snapshot: Snapshot) -> dict[str, Any]:
         ],
         "units": [
             {
-                **unit_to_json(unit, HintContext(unit.unit, host.gpu_processes), snapshot.at),
+                **unit_to_json(
+                    unit, hint_context(unit, host.gpu_processes, host.gpus), snapshot.at
+                ),
                 "gpu_memory_used_bytes": dict(unit.gpu_memory_used_bytes),
             }
             for host in snapshot.hosts

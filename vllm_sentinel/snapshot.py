@@ -247,6 +247,10 @@ class UnitSnapshot:
             passed it.
         startup_duration_seconds: start → ready of the latest incarnation that became ready.
         gpu_memory_used_bytes: bytes held by the unit's processes per GPU index (daemon).
+        gpu_memory_held_by_others_at_start: per invocation id of the last incarnations, the
+            bytes other processes held on each GPU the incarnation then used, as the GPU
+            collector read them before it loaded anything (daemon; the crash hints' evidence
+            of a GPU already in use).
         last_gpu_growth_at: when that memory last grew by the stall threshold (daemon).
         stalled: the stall rule's verdict at snapshot time (daemon).
         health: what the ``/health`` probes of the current incarnation say (daemon; ``None``
@@ -282,6 +286,9 @@ class UnitSnapshot:
     phase_durations: Mapping[Phase, float] = field(default_factory=dict)
     startup_duration_seconds: float | None = None
     gpu_memory_used_bytes: Mapping[int, int] = field(default_factory=dict)
+    gpu_memory_held_by_others_at_start: Mapping[str, Mapping[int, int]] = field(
+        default_factory=dict
+    )
     last_gpu_growth_at: datetime | None = None
     stalled: bool = False
     health: UnitHealth | None = None

@@ -208,6 +208,67 @@ def test_crash_hint_names_the_other_gpu_processes() -> None:
     assert unit["last_crash"]["hint"]["rule"] == "free_memory_below_utilization"
 
 
+def _oom_after_reading_at_start(holder: GpuProcess, unit_of_holder: str) -> tuple[Monitor, list]:
+    """A start that sees ``holder`` on the GPUs, then loads on GPU 0 and dies of a CUDA OOM
+    whose message lists no process; ``holder`` is gone by the time the crash settles."""
+    journal = Journal(unit=UNIT, host=HOST)
+    invocation = "d" * 32
+    clock = ManualClock(T0)
+    monitor = Monitor([HostPlan(HOST, (UNIT,))], clock=clock, settle_seconds=5.0)
+    gib = 1 << 30
+    devices = tuple(GpuDevice(i, f"GPU-{i}", "NVIDIA H100", 0, 80 * gib) for i in (0, 1))
+    started = journal.at(0).systemd(f"Started {UNIT} - vLLM.", invocation)
+    monitor.apply(JournalBatch(HOST, (started,), started.cursor))
+    owners = {holder.pid: unit_of_holder, 777: UNIT}
+    monitor.apply(
+        GpuSample(HOST, GpuReading(devices, (holder,), T0 + timedelta(seconds=2)), owners)
+    )
+    loaded = (holder, GpuProcess("GPU-0", 777, 40 * gib))
+    monitor.apply(GpuSample(HOST, GpuReading(devices, loaded, T0 + timedelta(seconds=20)), owners))
+    lines = [
+        journal.at(25).line(
+            "(EngineCore_DP0 pid=777) ERROR 11-28 23:35:05 [core.py:708] torch.OutOfMemoryError: "
+            "CUDA out of memory. Tried to allocate 2.00 GiB.",
+            invocation,
+            777,
+        ),
+        journal.at(26).systemd(
+            f"{UNIT}: Main process exited, code=exited, status=1/FAILURE", invocation
+        ),
+    ]
+    monitor.apply(JournalBatch(HOST, tuple(lines), lines[-1].cursor))
+    monitor.apply(GpuSample(HOST, GpuReading(devices, (), T0 + timedelta(seconds=30)), owners))
+    with capture_logs() as logs:
+        clock.at = T0 + timedelta(seconds=60)
+        monitor.apply(Tick(clock.at))
+        monitor.publish()
+    return monitor, logs
+
+
+def test_memory_other_processes_held_at_start_is_named_as_the_oom_cause() -> None:
+    """The GPU collector saw jupyter hold 30 of GPU 0's 80 GiB when the incarnation started,
+    and the unit then loaded on GPU 0: the hint says the memory was already in use, in the
+    event and in ``/status``, though jupyter is gone by then."""
+    gib = 1 << 30
+    monitor, logs = _oom_after_reading_at_start(
+        GpuProcess("GPU-0", 4242, 30 * gib), "jupyter.service"
+    )
+    (crash,) = events(logs, "unit_crashed")
+    assert crash["cause"] == "cuda_oom"
+    assert "already in use by another process" in crash["hint"]
+    assert "nvidia-smi --query-compute-apps=pid,process_name,used_memory" in crash["hint"]
+    (unit,) = status_document(monitor.latest)["units"]
+    assert unit["last_crash"]["hint"]["text"] == crash["hint"]
+
+
+def test_memory_held_on_another_gpu_at_start_is_not_the_cause() -> None:
+    """Another unit on GPU 1, which this unit never used: the memory budget hint stays."""
+    gib = 1 << 30
+    _, logs = _oom_after_reading_at_start(GpuProcess("GPU-1", 555, 70 * gib), "vllm-b.service")
+    (crash,) = events(logs, "unit_crashed")
+    assert "already in use" not in crash["hint"]
+
+
 def test_crashes_that_settle_together_are_one_event_each_with_their_own_cause() -> None:
     """Three crashes 3 s apart with three causes settle on the same tick: three
     ``unit_crashed`` events, each naming its own invocation and cause (issue 15 §5: all three

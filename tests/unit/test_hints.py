@@ -344,6 +344,26 @@ class TestMemoryHeldByOthers:
         hint = hint_for(crash(C.CUDA_OOM, message, phase=Phase.PROFILING_KV_CACHE))
         assert self.COMMAND not in hint.text
 
+    def test_the_gpu_collectors_reading_at_start_is_evidence_too(self) -> None:
+        """No process list in the message, but the GPU collector saw other processes hold 30 of
+        GPU 0's 80 GiB when the crashed incarnation started, on a GPU it then used."""
+        oom = CrashInfo(
+            C.CUDA_OOM, "torch.OutOfMemoryError", "CUDA out of memory. Tried to allocate 2.00 GiB.",
+            Phase.PROFILING_KV_CACHE, datetime(2026, 1, 1, tzinfo=UTC), "inv-1",
+        )  # fmt: skip
+        totals = {0: 80 * GIB, 1: 80 * GIB}
+        held = HintContext("u", held_by_others_at_start={"inv-1": {0: 30 * GIB}},
+                           gpu_total_bytes=totals)  # fmt: skip
+        assert self.COMMAND in hint_for(oom, held).text
+        for context in (
+            HintContext("u", held_by_others_at_start={"inv-1": {0: GIB // 2}},
+                        gpu_total_bytes=totals),  # a little: the budget
+            HintContext("u", held_by_others_at_start={"inv-0": {0: 30 * GIB}},
+                        gpu_total_bytes=totals),  # another incarnation's start
+            HintContext("u", held_by_others_at_start={"inv-1": {0: 30 * GIB}}),  # size unknown
+        ):  # fmt: skip
+            assert self.COMMAND not in hint_for(oom, context).text, context
+
     def test_own_memory_keeps_the_budget_hint(self) -> None:
         """312 MiB of another process on an 79 GiB GPU is not the cause: the budget is."""
         hint = hint_for(

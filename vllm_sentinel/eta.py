@@ -25,6 +25,12 @@ parallel size it ran. The daemon keeps it across restarts (``history.HistoryStor
   ``vllm`` (no history: the estimate is the end of the current bar, a lower bound). Without
   either, there is no estimate: never a made-up number.
 
+  An estimate whose time has passed is **overdue**, never "ready in 0 s": a bar whose remaining
+  time ran out with no newer line says nothing more about what is left (history, when there is
+  some, is the basis then); when nothing else is left either (no history, or the last phase
+  outlasting every recent start), the estimate has no ``eta_seconds`` and says how long ago it
+  ran out (``overdue_seconds``).
+
 Times are timezone-aware UTC; durations are float seconds.
 """
 
@@ -75,11 +81,19 @@ _RANK: Mapping[Phase, int] = MappingProxyType({phase: i for i, phase in enumerat
 
 @dataclass(frozen=True, slots=True)
 class Estimate:
-    """When an incarnation should be ready, and on what the estimate rests."""
+    """When an incarnation should be ready, and on what the estimate rests.
 
-    eta_seconds: float
+    Attributes:
+        eta_seconds: seconds until ready, ``None`` when the estimate is overdue.
+        expected_ready_at: when (in the past when overdue).
+        basis: what the estimate rests on.
+        overdue_seconds: how long ago the estimate ran out (``None`` unless overdue).
+    """
+
+    eta_seconds: float | None
     expected_ready_at: datetime
     basis: EtaBasis
+    overdue_seconds: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,6 +224,7 @@ def log_remaining_seconds(incarnation: IncarnationSnapshot, now: datetime) -> fl
     The remaining time tqdm printed on the current phase's bar, less the time since that line;
     else, while loading weights, the shards left over the shard rate measured since the bar's
     first reading, less the time since the last shard. A complete bar says nothing more.
+    Negative once that time has run out with no newer line: by how much it is overdue.
     """
     phase = incarnation.phase
     progress = incarnation.progress
@@ -217,7 +232,7 @@ def log_remaining_seconds(incarnation: IncarnationSnapshot, now: datetime) -> fl
     if bar is None or bar.phase is not phase or bar.is_complete or bar.at is None:
         return None
     if bar.remaining_seconds is not None:
-        return max(0.0, bar.remaining_seconds - _seconds(now, bar.at))
+        return bar.remaining_seconds - _seconds(now, bar.at)
     if phase is not Phase.LOADING_WEIGHTS:
         return None
     first_at, first, last_at = (
@@ -234,7 +249,7 @@ def log_remaining_seconds(incarnation: IncarnationSnapshot, now: datetime) -> fl
     if span <= 0:
         return None
     rate = (done - first) / span
-    return max(0.0, (total - done) / rate - _seconds(now, last_at))
+    return (total - done) / rate - _seconds(now, last_at)
 
 
 def estimate_ready(
@@ -253,15 +268,21 @@ def estimate_ready(
 
     Returns:
         The estimate, or ``None`` when the incarnation is not starting, or neither vLLM's
-        progress nor history gives a basis.
+        progress nor history gives a basis. An estimate whose time has passed is overdue
+        (``eta_seconds`` ``None``, ``overdue_seconds`` how long ago), never 0 s to go.
     """
     if incarnation.outcome is not Outcome.RUNNING or incarnation.phase not in _STARTUP:
         return None
     phase = incarnation.phase
     vllm_rest = log_remaining_seconds(incarnation, now)
+    vllm_overdue: float | None = None
+    if vllm_rest is not None and vllm_rest < 0:
+        # the bar's time ran out and no newer line came: vLLM says nothing more about the rest
+        vllm_overdue, vllm_rest = -vllm_rest, None
     chosen, _ = comparable(records, incarnation.model)
     chosen = chosen[-recent:] if recent > 0 else ()
     entered = incarnation.phase_entered_at
+    overdue: float | None = None
     if chosen and vllm_rest is not None:
         seconds = vllm_rest + float(_median(_after(record, phase) for record in chosen))
         basis = EtaBasis.BOTH
@@ -274,11 +295,21 @@ def estimate_ready(
             )
         )
         basis = EtaBasis.HISTORY
+        if seconds <= 0:  # the last phase outlasted the recent starts: overdue by the median
+            unclamped = _median(
+                record.phase_seconds.get(phase, 0.0) - spent + _after(record, phase)
+                for record in chosen
+            )
+            overdue = max(0.0, -float(unclamped))
     elif vllm_rest is not None:
         seconds, basis = vllm_rest, EtaBasis.VLLM
+    elif vllm_overdue is not None:
+        seconds, basis, overdue = 0.0, EtaBasis.VLLM, vllm_overdue
     else:
         return None
     try:
+        if overdue is not None:
+            return Estimate(None, now - timedelta(seconds=overdue), basis, overdue)
         return Estimate(seconds, now + timedelta(seconds=seconds), basis)
     except OverflowError:  # past year 9999: no time to show
         return None

@@ -293,6 +293,7 @@ class HealthTracker:
         self._last_success_at: datetime | None = None
         self._ready_at: datetime | None = None
         self._failing_since: datetime | None = None
+        self._failures = 0
         self._served_models: tuple[str, ...] = ()
 
     @property
@@ -323,12 +324,16 @@ class HealthTracker:
             if self._ready_at is None:
                 self._ready_at = result.at
             self._failing_since = None
+            self._failures = 0
             return
         self._up = False
         if not (is_ready or self._ready_at is not None):
             self._failing_since = None  # still starting: failures are expected
-        elif self._failing_since is None:
+            self._failures = 0
+            return
+        if self._failing_since is None:
             self._failing_since = result.at
+        self._failures += 1
 
     def is_unhealthy(self, now: datetime, unhealthy_after_seconds: float) -> bool:
         """The unhealthy rule at ``now``."""
@@ -347,6 +352,7 @@ class HealthTracker:
             last_success_at=self._last_success_at,
             ready_at=self._ready_at,
             failing_since=self._failing_since,
+            failures=self._failures,
             unhealthy=self.is_unhealthy(now, unhealthy_after_seconds),
             served_models=self._served_models,
         )

@@ -635,11 +635,13 @@ class Monitor:
         )
         estimate = None if stalled else estimate_ready(current, records, now)
         eta = estimate.eta_seconds if estimate is not None else None
+        overdue = estimate.overdue_seconds if estimate is not None else None
         if (
             stalled == unit.stalled
             and slow == unit.slow
             and usual == unit.usual_phase_seconds
             and eta == unit.eta_seconds
+            and overdue == unit.eta_overdue_seconds
             and (estimate is None or estimate.basis is unit.eta_basis)
         ):
             return unit
@@ -649,8 +651,11 @@ class Monitor:
             slow=slow,
             usual_phase_seconds=usual,
             eta_seconds=eta,
-            expected_ready_at=estimate.expected_ready_at if estimate is not None else None,
+            expected_ready_at=(
+                estimate.expected_ready_at if estimate is not None and eta is not None else None
+            ),
             eta_basis=estimate.basis if estimate is not None else None,
+            eta_overdue_seconds=overdue,
         )
 
     def _decorate(self, host: _Host, unit: UnitSnapshot, now: datetime) -> UnitSnapshot:
@@ -676,6 +681,7 @@ class Monitor:
                 eta_seconds=None,
                 expected_ready_at=None,
                 eta_basis=None,
+                eta_overdue_seconds=None,
             )
         return probed
 

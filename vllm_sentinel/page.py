@@ -3,8 +3,10 @@
 It renders the ``/status`` document (``report.status_document``), so the page says exactly
 what ``/status`` says: per host its collectors (a down one said plainly), per unit its phase
 (in the Grafana dashboard's phase colours), a progress bar while weights load, time in the
-phase, stalled or slow, GPU memory, starts and crashes in the last 24 h, and the last crash
-with its cause, exception and fix hint.
+phase, stalled or slow, ready but failing its ``/health`` probe (since when, how many
+failures), GPU memory, starts and crashes in the last 24 h (crashes counted once settled, those
+still settling said apart), and the last crash with its cause, exception and fix hint (a cause
+still ``pending`` said so).
 
 The page is complete without JavaScript (a plain table; ``<noscript>`` reloads it every
 ``NOSCRIPT_REFRESH_SECONDS``). ``static/status.js`` refreshes it in place: it fetches
@@ -29,7 +31,7 @@ from typing import Any
 
 from vllm_sentinel.hints import RUNBOOK_URL
 from vllm_sentinel.phases import Phase
-from vllm_sentinel.report import format_duration
+from vllm_sentinel.report import format_duration, pending_crash_text, unhealthy_text
 
 __all__ = [
     "NOSCRIPT_REFRESH_SECONDS",
@@ -61,6 +63,7 @@ def _moment(value: Any) -> str:
 PROGRESS_FACTS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
     ("eta_seconds", "ETA", _seconds),
     ("expected_ready_at", "ready at", _moment),
+    ("eta_overdue_seconds", "ETA overdue by", _seconds),
 )
 """(JSON key, label, format) of facts shown next to the progress bar when the unit has them.
 
@@ -89,7 +92,12 @@ _COLLECTOR_REASONS: Mapping[str, str] = MappingProxyType(
 """Collector reasons in plain words (others are shown as they are)."""
 _COLLECTOR_ORDER: Mapping[str, int] = MappingProxyType({"journal": 0, "gpu": 1})
 """The journal first: it decides whether the phases shown are current."""
-_SUMMARY_WORDS = (("crashed", "crashed"), ("stalled", "stalled"), ("ready", "ready"))
+_SUMMARY_WORDS = (
+    ("crashed", "crashed"),
+    ("stalled", "stalled"),
+    ("unhealthy", "unhealthy"),
+    ("ready", "ready"),
+)
 _STARTUP = frozenset(
     phase.value
     for phase in (
@@ -225,6 +233,9 @@ def _phase_cell(unit: _Unit, phase: str, known: bool) -> str:
     if not known:
         parts.append('<span class="flag flag-unknown" title="the journal collector is down">'
                      "last known</span>")  # fmt: skip
+    health = unhealthy_text(unit.get("health"))
+    if health:
+        parts.append(f'<div class="health-state" role="status">{_e(health)}</div>')
     return f'<td data-label="Phase">{" ".join(parts)}</td>'
 
 
@@ -285,10 +296,20 @@ def _day_cell(unit: _Unit) -> str:
     if not isinstance(starts, int) or not isinstance(crashes, int):
         return '<td data-label="Last 24 h">–</td>'
     capped = "+" if unit.get("last_24h_capped") else ""
-    crash_class = ' class="bad"' if crashes else ""
+    settling = unit.get("crashes_settling")
+    settling = settling if isinstance(settling, int) else 0
+    crash_class = ' class="bad"' if crashes or settling else ""
+    words = f"{crashes}{capped} crash{'es' if crashes != 1 else ''}"
+    if settling:
+        # crashes_total counts a crash once its cause is settled: say so, never "0 crashes"
+        why = (
+            "a crash is counted once its root cause is settled: about 30 s after the exit, "
+            "longer while its traceback is still arriving"
+        )
+        words += f' counted <span class="settling" title="{_e(why)}">+ {settling} settling</span>'
     return (
         f'<td data-label="Last 24 h">{starts}{capped} start{"s" if starts != 1 else ""} · '
-        f"<span{crash_class}>{crashes}{capped} crash{'es' if crashes != 1 else ''}</span></td>"
+        f"<span{crash_class}>{words}</span></td>"
     )
 
 
@@ -304,6 +325,9 @@ def _crash_cell(unit: _Unit, at: datetime | None, runbook_url: str) -> str:
     lines = [
         f'<div class="cause"><a href="{_e(anchor)}">{_e(cause)}</a>{phase}{when}</div>',
     ]
+    pending = pending_crash_text(crash)
+    if pending:
+        lines.append(f'<div class="pending">{_e(pending)}</div>')
     exception, message = str(crash.get("exception") or ""), str(crash.get("message") or "")
     if exception or message:
         what = f"<code>{_e(exception)}</code>: " if exception else ""
@@ -324,6 +348,8 @@ def _unit_row(unit: _Unit, at: datetime | None, known: bool, runbook_url: str) -
     classes = ["unit", f"row-{phase if phase in _PHASES else 'unknown'}"]
     if unit.get("stalled") is True:
         classes.append("row-stalled")
+    if unit.get("unhealthy") is True:
+        classes.append("row-unhealthy")
     cells = (
         _unit_cell(unit, current),
         _phase_cell(unit, phase, known),
@@ -425,10 +451,14 @@ def _summary(document: Mapping[str, Any], units: Sequence[_Unit], at: datetime |
     hosts = document.get("hosts") or []
     counts = []
     for key, word in _SUMMARY_WORDS:
-        if key == "stalled":
-            number = sum(1 for unit in units if unit.get("stalled") is True)
-        else:
-            number = sum(1 for unit in units if _phase_of(_current(unit))[0] == key)
+        if key in ("stalled", "unhealthy"):
+            number = sum(1 for unit in units if unit.get(key) is True)
+        else:  # an unhealthy unit is not counted ready
+            number = sum(
+                1
+                for unit in units
+                if _phase_of(_current(unit))[0] == key and unit.get("unhealthy") is not True
+            )
         if number:
             counts.append(f'<span class="count count-{key}">{number} {word}</span>')
     down = sum(

@@ -13,6 +13,7 @@ Each unit is one JSON object in the shape vLLM's users ask for (vllm-project/vll
      "eta_seconds": null,             # seconds until ready, when there is a basis (eta.py)
      "expected_ready_at": null,       # when, and what the estimate rests on:
      "eta_basis": null,               #   "vllm" | "history" | "both"
+     "eta_overdue_seconds": null,     # how long ago the estimate ran out (eta_seconds null)
      "slow": false,                   # slower than usual for this unit and model
      "progress": 0.640625,            # share of the phase's work vLLM reported done, or null
      "stalled": false, "state_known": true,
@@ -22,7 +23,8 @@ Each unit is one JSON object in the shape vLLM's users ask for (vllm-project/vll
      "last_crash": {"cause", "exception", "message", "phase", "at", "invocation_id",
                     "hint": {"text", "runbook", "rule"}} | null,   # report.crash_to_json
      "health": {"url", "up", "status", "error", "last_probe_at", "last_success_at",
-                "failing_since", "duration_seconds", "served_models"} | null}
+                "failing_since", "failures", "unhealthy", "duration_seconds",
+                "served_models"} | null}                          # report.health_to_json
 
 ``HTTP_STATUS`` maps the state to the answer's status code, so that ``curl -f`` and a load
 balancer's health check read the state without parsing JSON: ``ready`` 200, ``starting`` 503,
@@ -43,14 +45,19 @@ from typing import Any
 
 from vllm_sentinel.hints import hint_context
 from vllm_sentinel.phases import Outcome, Phase
-from vllm_sentinel.report import crash_to_json, format_duration, iso_utc
+from vllm_sentinel.report import (
+    crash_to_json,
+    format_duration,
+    health_to_json,
+    is_settled,
+    iso_utc,
+)
 from vllm_sentinel.snapshot import (
     GpuDevice,
     GpuProcessUsage,
     HostSnapshot,
     IncarnationSnapshot,
     Snapshot,
-    UnitHealth,
     UnitSnapshot,
 )
 
@@ -137,7 +144,11 @@ def _detail(unit: UnitSnapshot, state: UnitState, now: datetime) -> str:
     if state is UnitState.UNHEALTHY and health is not None:
         failing = _seconds(health.failing_since, now)
         why = f"HTTP {health.status}" if health.error == "http_status" else health.error
-        return f"ready per its logs, but /health has failed for {format_duration(failing)}: {why}"
+        count = f"{health.failures} probe{'s' if health.failures != 1 else ''}"
+        return (
+            f"ready per its logs, but /health has failed for {format_duration(failing)} "
+            f"({count}): {why}"
+        )
     if state is UnitState.READY and unit.ready_source == "health_probe":
         return "ready: /health answered 200 before the logs said so"
     text = _PHASE_DETAIL[current.phase]
@@ -157,22 +168,6 @@ def _progress(current: IncarnationSnapshot) -> float | None:
     if current.phase is Phase.LOADING_WEIGHTS:
         return current.progress.weights_loaded_ratio
     return None
-
-
-def _health(health: UnitHealth | None) -> dict[str, Any] | None:
-    if health is None:
-        return None
-    return {
-        "url": health.url,
-        "up": health.up,
-        "status": health.status,
-        "error": health.error,
-        "last_probe_at": iso_utc(health.last_probe_at),
-        "duration_seconds": health.duration_seconds,
-        "last_success_at": iso_utc(health.last_success_at),
-        "failing_since": iso_utc(health.failing_since),
-        "served_models": list(health.served_models),
-    }
 
 
 def _ready_at(current: IncarnationSnapshot) -> datetime | None:
@@ -216,6 +211,7 @@ def unit_document(
         "eta_seconds": unit.eta_seconds if starting else None,
         "expected_ready_at": iso_utc(unit.expected_ready_at) if starting else None,
         "eta_basis": unit.eta_basis.value if starting and unit.eta_basis else None,
+        "eta_overdue_seconds": unit.eta_overdue_seconds if starting else None,
         "progress": _progress(current) if current else None,
         "stalled": unit.stalled,
         "slow": unit.slow,
@@ -227,8 +223,12 @@ def unit_document(
         "model": current.model if current else None,
         "vllm_version": current.vllm_version if current else None,
         "tensor_parallel_size": current.tensor_parallel_size if current else None,
-        "last_crash": crash_to_json(unit.last_crash, hint_context(unit, gpu_processes, gpus)),
-        "health": _health(unit.health),
+        "last_crash": crash_to_json(
+            unit.last_crash,
+            hint_context(unit, gpu_processes, gpus),
+            settled=unit.last_crash is None or is_settled(unit, unit.last_crash),
+        ),
+        "health": health_to_json(unit.health),
     }
 
 

@@ -93,8 +93,13 @@ def judge_at_end(unit: UnitSnapshot) -> UnitSnapshot:
         slow=slow,
         usual_phase_seconds=usual,
         eta_seconds=estimate.eta_seconds if estimate is not None else None,
-        expected_ready_at=estimate.expected_ready_at if estimate is not None else None,
+        expected_ready_at=(
+            estimate.expected_ready_at
+            if estimate is not None and estimate.eta_seconds is not None
+            else None
+        ),
         eta_basis=estimate.basis if estimate is not None else None,
+        eta_overdue_seconds=estimate.overdue_seconds if estimate is not None else None,
     )
 
 

@@ -8,7 +8,7 @@ JSON shape (stable; extra keys may be added, none removed)::
         "phases": [{"phase": str, "entered_at": iso8601|null}],
         "furthest_phase": str, "outcome": str,
         "crash": null | {"cause": str, "exception": str, "message": str, "phase": str,
-                         "at": iso8601|null, "invocation_id": str|null,
+                         "at": iso8601|null, "invocation_id": str|null, "settled": bool,
                          "hint": {"text": str, "runbook": str, "rule": str}},
         "pids": [int], "benign_errors": int,
         "benign_lines": [{"line": str, "why": str}],
@@ -19,12 +19,19 @@ JSON shape (stable; extra keys may be added, none removed)::
                            "phases": [{"phase": str, "seconds": float,
                                        "usual_seconds": float|null}]}}],
       "starts_total": int, "crashes_total": {cause: int}, "benign_errors_total": int,
-      "last_crash": null | {...as "crash"},
+      "crashes_settling": int, "last_crash": null | {...as "crash"},
       "stalled": bool, "slow": bool, "usual_phase_seconds": float|null,
       "eta_seconds": float|null, "expected_ready_at": iso8601|null, "eta_basis": str|null,
+      "eta_overdue_seconds": float|null,
       "starts_last_24h": int, "crashes_last_24h": int, "last_24h_capped": bool}]}
 
-(the ``*_last_24h`` keys when a reference time is given: ``/status`` has them, ``replay`` not).
+(the ``*_last_24h`` keys when a reference time is given: ``/status`` has them, ``replay`` not;
+``/status`` adds ``gpu_memory_used_bytes``, ``unhealthy`` and ``health``, see
+``health_to_json``). A crash is ``settled`` once it is counted in ``crashes_total`` (its cause
+final: ``settle_seconds`` after the exit, longer while its traceback is still arriving);
+``crashes_settling`` counts the unit's crashes seen but not counted yet, and
+``crashes_last_24h`` only settled ones. ``eta_overdue_seconds``: how long ago the ETA ran out
+(``eta_seconds`` is ``null`` then, never 0 as if imminent).
 Crash hints come from ``hints.hint_for``; ``/status`` gives them the host's GPU processes.
 ``invocation_id`` is the crashed incarnation's systemd invocation id (``_SYSTEMD_INVOCATION_ID``
 of journal JSON; ``null`` when the input did not say, as in plain text).
@@ -40,6 +47,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
+from vllm_sentinel.causes import CrashCause
 from vllm_sentinel.eta import StartupComparison, compare_startup, remember, startup_record
 from vllm_sentinel.hints import HintContext, explain_benign, hint_context, hint_for
 from vllm_sentinel.phases import Outcome, Phase
@@ -49,6 +57,7 @@ from vllm_sentinel.snapshot import (
     IncarnationSnapshot,
     Snapshot,
     StartupRecord,
+    UnitHealth,
     UnitSnapshot,
 )
 from vllm_sentinel.tracker import RECENT_EVENTS_KEPT
@@ -56,12 +65,15 @@ from vllm_sentinel.tracker import RECENT_EVENTS_KEPT
 __all__ = [
     "crash_to_json",
     "format_duration",
+    "health_to_json",
     "iso_utc",
+    "pending_crash_text",
     "render_status",
     "render_text",
     "startup_comparisons",
     "status_document",
     "to_json",
+    "unhealthy_text",
     "unit_to_json",
     "verdict",
 ]
@@ -76,10 +88,11 @@ _DAY = timedelta(hours=24)
 
 
 def crash_to_json(
-    crash: CrashInfo | None, context: HintContext | None = None
+    crash: CrashInfo | None, context: HintContext | None = None, *, settled: bool = True
 ) -> dict[str, Any] | None:
     """A crash as the JSON object of ``"crash"``/``"last_crash"`` (``None`` stays ``None``),
-    with its fix hint (``hints.hint_for``; ``context``: the host's GPU processes)."""
+    with its fix hint (``hints.hint_for``; ``context``: the host's GPU processes) and whether
+    it is ``settled`` (counted in ``crashes_total``; a ``pending`` cause never is)."""
     if crash is None:
         return None
     hint = hint_for(crash, context)
@@ -90,8 +103,89 @@ def crash_to_json(
         "phase": crash.phase.value,
         "at": iso_utc(crash.at),
         "invocation_id": crash.invocation_id,
+        "settled": settled and crash.cause is not CrashCause.PENDING,
         "hint": {"text": hint.text, "runbook": hint.runbook, "rule": hint.rule},
     }
+
+
+def is_settled(unit: UnitSnapshot, crash: CrashInfo) -> bool:
+    """Whether ``crash`` of ``unit`` is counted yet: a settled crash's end time is among the
+    unit's ``recent_crashes`` (the tracker adds it when it settles), and its cause is never
+    ``pending``."""
+    if crash.cause is CrashCause.PENDING:
+        return False
+    return crash.at is None or crash.at in unit.recent_crashes
+
+
+def _settling(unit: UnitSnapshot) -> int:
+    """The unit's crashes seen but not counted yet (their cause still settling)."""
+    return sum(
+        1
+        for item in unit.incarnations
+        if item.crash is not None and not is_settled(unit, item.crash)
+    )
+
+
+def health_to_json(health: UnitHealth | None) -> dict[str, Any] | None:
+    """What the ``/health`` probes of a unit's current incarnation say, as JSON (``None``: not
+    probed): ``url``, ``up``, ``status``, ``error``, ``last_probe_at``, ``duration_seconds``,
+    ``last_success_at``, ``failing_since``, ``failures`` (probes failed since then),
+    ``unhealthy`` and ``served_models``."""
+    if health is None:
+        return None
+    return {
+        "url": health.url,
+        "up": health.up,
+        "status": health.status,
+        "error": health.error,
+        "last_probe_at": iso_utc(health.last_probe_at),
+        "duration_seconds": health.duration_seconds,
+        "last_success_at": iso_utc(health.last_success_at),
+        "failing_since": iso_utc(health.failing_since),
+        "failures": health.failures,
+        "unhealthy": health.unhealthy,
+        "served_models": list(health.served_models),
+    }
+
+
+def _time_of_day(value: object) -> str:
+    if not isinstance(value, str):
+        return "?"
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return value
+    return moment.strftime("%H:%M:%S UTC")
+
+
+def unhealthy_text(health: Mapping[str, Any] | None) -> str | None:
+    """``ready, but /health failing since 12:03:04 UTC (7 failures): HTTP 503`` for the
+    ``health`` JSON of an unhealthy unit; ``None`` when it is not unhealthy. The status page
+    and ``vllm-sentinel status`` say it in these words."""
+    if not isinstance(health, Mapping) or health.get("unhealthy") is not True:
+        return None
+    failures = health.get("failures")
+    count = (
+        f" ({failures} failure{'s' if failures != 1 else ''})" if isinstance(failures, int) else ""
+    )
+    error = str(health.get("error") or "")
+    why = f"HTTP {health.get('status')}" if error == "http_status" else error.replace("_", " ")
+    return (
+        f"ready, but /health failing since {_time_of_day(health.get('failing_since'))}{count}"
+        + (f": {why}" if why else "")
+    )
+
+
+def pending_crash_text(crash: Mapping[str, Any] | None) -> str | None:
+    """What to say of a crash that is not counted yet (``None`` for a settled one)."""
+    if not isinstance(crash, Mapping) or crash.get("settled", True) is not False:
+        return None
+    if crash.get("cause") == CrashCause.PENDING.value:
+        return (
+            "cause pending: only a wrapper or a signal so far, the traceback may still be "
+            "arriving; not counted until its cause is settled"
+        )
+    return "settling: counted once its cause is final"
 
 
 def startup_comparisons(
@@ -127,6 +221,7 @@ def _comparison(comparison: StartupComparison | None) -> dict[str, Any] | None:
 
 
 def _incarnation(
+    unit: UnitSnapshot,
     item: IncarnationSnapshot,
     context: HintContext | None,
     comparison: StartupComparison | None = None,
@@ -142,7 +237,9 @@ def _incarnation(
         ],
         "furthest_phase": item.furthest_phase.value,
         "outcome": item.outcome.value,
-        "crash": crash_to_json(item.crash, context),
+        "crash": crash_to_json(
+            item.crash, context, settled=item.crash is None or is_settled(unit, item.crash)
+        ),
         "pids": list(item.pids),
         "benign_errors": item.benign_errors,
         "benign_lines": [{"line": line, "why": explain_benign(line)} for line in item.benign_lines],
@@ -183,7 +280,7 @@ def unit_to_json(
         "unit": unit.unit,
         "host": unit.host,
         "incarnations": [
-            _incarnation(item, context, comparison)
+            _incarnation(unit, item, context, comparison)
             for item, comparison in zip(
                 unit.incarnations, startup_comparisons(unit.incarnations), strict=True
             )
@@ -193,18 +290,24 @@ def unit_to_json(
             cause.value: count for cause, count in sorted(unit.crashes_total.items())
         },
         "benign_errors_total": unit.benign_errors_total,
+        "crashes_settling": _settling(unit),
         "stalled": unit.stalled,
         "last_progress_at": iso_utc(unit.last_progress_at),
         "phase_durations_seconds": {
             phase.value: seconds for phase, seconds in unit.phase_durations.items()
         },
         "startup_duration_seconds": unit.startup_duration_seconds,
-        "last_crash": crash_to_json(unit.last_crash, context),
+        "last_crash": crash_to_json(
+            unit.last_crash,
+            context,
+            settled=unit.last_crash is None or is_settled(unit, unit.last_crash),
+        ),
         "slow": unit.slow,
         "usual_phase_seconds": unit.usual_phase_seconds,
         "eta_seconds": unit.eta_seconds,
         "expected_ready_at": iso_utc(unit.expected_ready_at),
         "eta_basis": unit.eta_basis.value if unit.eta_basis is not None else None,
+        "eta_overdue_seconds": unit.eta_overdue_seconds,
     }
     if now is not None:
         since = now - _DAY
@@ -285,6 +388,11 @@ def _startup_line(comparison: StartupComparison) -> str:
 
 
 def _eta_line(unit: UnitSnapshot) -> str | None:
+    if unit.eta_overdue_seconds is not None and unit.eta_basis is not None:
+        return (
+            f"    eta: overdue by {format_duration(unit.eta_overdue_seconds)} as the log ends "
+            f"(basis {unit.eta_basis.value}: its estimate ran out)"
+        )
     if unit.eta_seconds is None or unit.eta_basis is None:
         return None
     when = f" at {_clock(unit.expected_ready_at)}" if unit.expected_ready_at else ""
@@ -426,6 +534,8 @@ def status_document(snapshot: Snapshot) -> dict[str, Any]:
                     unit, hint_context(unit, host.gpu_processes, host.gpus), snapshot.at
                 ),
                 "gpu_memory_used_bytes": dict(unit.gpu_memory_used_bytes),
+                "unhealthy": unit.health is not None and unit.health.unhealthy,
+                "health": health_to_json(unit.health),
             }
             for host in snapshot.hosts
             for unit in host.units
@@ -439,6 +549,9 @@ def _shorten(text: str, width: int) -> str:
 
 def _eta_cell(unit: Mapping[str, Any]) -> str:
     seconds = unit.get("eta_seconds")
+    overdue = unit.get("eta_overdue_seconds")
+    if isinstance(overdue, int | float):
+        return f"overdue by {format_duration(float(overdue))}"
     return format_duration(float(seconds)) if isinstance(seconds, int | float) else "-"
 
 
@@ -504,12 +617,21 @@ def render_status(document: Mapping[str, Any]) -> str:
         if last:
             detail = last["exception"] or _shorten(last["message"], 40)
             crash = f"{last['cause']}: {detail}" if detail else last["cause"]
+            if last.get("settled") is False:
+                crash += " (not counted yet)"
+        health = unhealthy_text(unit.get("health"))
+        phase = str(phases[-1].get("phase", "?")) + (" (unhealthy)" if health else "")
         out.append(
             f"{unit.get('host') or '-':<16} {unit.get('unit'):<32} "
-            f"{phases[-1].get('phase', '?'):<22} {current.get('outcome', '?'):<8} "
+            f"{phase:<22} {current.get('outcome', '?'):<8} "
             f"{'yes' if unit.get('stalled') else 'no':<7} {'yes' if unit.get('slow') else 'no':<4} "
             f"{_eta_cell(unit):<8} {crash}"
         )
+        if health:
+            out.append(f"{'':<16} health: {health}")
+        pending = pending_crash_text(last)
+        if pending:
+            out.append(f"{'':<16} crash: {pending}")
         hint = (last or {}).get("hint") or {}
         if hint.get("text"):
             out.append(f"{'':<16} hint: {hint['text']} (see {hint.get('runbook')})")

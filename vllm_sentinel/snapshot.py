@@ -211,6 +211,7 @@ class UnitHealth:
         last_success_at: when ``/health`` last answered 200.
         ready_at: when it first answered 200 in this incarnation.
         failing_since: when the probes started failing while the unit was ready.
+        failures: probes that failed since ``failing_since`` (0 when not failing).
         unhealthy: ready, and failing for at least the unit's ``unhealthy_after_seconds``.
         served_models: model ids from ``/v1/models``.
     """
@@ -224,6 +225,7 @@ class UnitHealth:
     last_success_at: datetime | None = None
     ready_at: datetime | None = None
     failing_since: datetime | None = None
+    failures: int = 0
     unhealthy: bool = False
     served_models: tuple[str, ...] = ()
 
@@ -271,6 +273,8 @@ class UnitSnapshot:
             starting, or while it is stalled.
         expected_ready_at: snapshot time plus ``eta_seconds``.
         eta_basis: what the estimate rests on (``vllm``, ``history``, ``both``).
+        eta_overdue_seconds: how long ago the estimate ran out, when it did (then
+            ``eta_seconds`` and ``expected_ready_at`` are ``None``: never "ready in 0 s").
     """
 
     host: str | None
@@ -300,6 +304,7 @@ class UnitSnapshot:
     eta_seconds: float | None = None
     expected_ready_at: datetime | None = None
     eta_basis: EtaBasis | None = None
+    eta_overdue_seconds: float | None = None
 
     @property
     def current(self) -> IncarnationSnapshot | None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -23,7 +24,8 @@ from typing import Any
 import pytest
 
 from tests.browser.conftest import Browse
-from tests.support.daemon import free_port, running_daemon
+from tests.support.daemon import free_port, local_config, running_daemon
+from tests.support.fake_vllm import FakeVllmServer
 from tests.support.http_client import basic, bcrypt_hash, fetch
 from tests.support.journal_writer import (
     JournalWriter,
@@ -331,3 +333,110 @@ async def test_the_page_fits_a_phone_in_dark_mode(
         display = await (await _row(page, LOADING)).evaluate("e => getComputedStyle(e).display")
         assert display == "block"  # a card, not a table row
         await page.screenshot(path=artifacts / "phone-dark.png", full_page=True)
+
+
+PROBED, PENDING = "vllm-qwen.service", "vllm-mixtral.service"
+C, D = "c" * 32, "d" * 32
+
+
+def _probed_story(clock: LogClock, port: int) -> list[dict[str, str | bytes | int]]:
+    """One unit whose logs say ready (its API server on ``port``), one that crashed while its
+    traceback is still open (header and a frame, no exception line yet: cause pending)."""
+    api = "(APIServer pid=3000) INFO 11-29 10:00:20 [api_server.py:1] "
+    return [
+        unit_started(PROBED, C, clock.us(0), "vLLM"),
+        service_line(
+            PROBED, C, 3000, api + f"Starting vLLM server on http://127.0.0.1:{port}", clock.us(20)
+        ),
+        service_line(PROBED, C, 3000, "INFO:     Application startup complete.", clock.us(21)),
+        unit_started(PENDING, D, clock.us(0), "vLLM"),
+        service_line(
+            PENDING,
+            D,
+            4000,
+            "(Worker_TP0 pid=4000) INFO 11-29 10:00:21 "
+            "[gpu_model_runner.py:3425] Starting to load model /models/mixtral...",
+            clock.us(2),
+        ),
+        *(
+            service_line(
+                PENDING,
+                D,
+                4000,
+                f"(Worker_TP0 pid=4000) ERROR 11-29 10:00:40 [multiproc_executor.py:783] {text}",
+                clock.us(4),
+            )
+            for text in (
+                "Traceback (most recent call last):",
+                '  File "/usr/lib/python3/dist-packages/vllm/v1/worker.py", line 1, in load',
+            )
+        ),
+        *unit_failed(PENDING, D, clock.us(5)),
+    ]
+
+
+@contextlib.asynccontextmanager
+async def probed_sentinel(tmp_path: Path, writer: JournalWriter) -> AsyncIterator[str]:
+    """The daemon probing ``/health`` of a stand-in vLLM that answers 503 (its engine died),
+    with the story of ``_probed_story``; yields its URL once the unit is unhealthy."""
+    with FakeVllmServer("unavailable") as vllm:
+        writer.write_readable(_probed_story(LogClock(timedelta(seconds=60)), vllm.port))
+        config = local_config(
+            writer.path.parent,
+            tmp_path / "state",
+            host_extra="[hosts.health_probe]\nenabled = true\ninterval_seconds = 0.5\n"
+            "timeout_seconds = 0.5\nunhealthy_after_seconds = 1.0",
+        )
+        async with running_daemon(config) as daemon:
+
+            def unhealthy() -> bool:
+                units = {
+                    unit["unit"]: unit for unit in fetch(daemon.url + "/status").json()["units"]
+                }
+                return bool(
+                    units.get(PROBED, {}).get("unhealthy")
+                    and (units.get(PENDING, {}).get("last_crash") or {}).get("cause") == "pending"
+                    and units[PROBED]["health"]["failures"] >= 3
+                )
+
+            await _until(unhealthy, "the probed unit to turn unhealthy")
+            yield daemon.url
+
+
+async def test_ready_but_failing_health_is_said_in_words(
+    tmp_path: Path, journal_writer: JournalWriter, browse: Browse, artifacts: Path
+) -> None:
+    """Ready per its logs while /health answers 503: the row says so (since when, how many
+    failures, why), the summary counts it unhealthy, not ready."""
+    async with probed_sentinel(tmp_path, journal_writer) as url, browse() as page:
+        await page.goto(url + "/")
+        row = page.locator(f'tr[data-key="unit:llm-two/{PROBED}"]')
+        assert await row.locator(".phase").inner_text() == "ready"
+        assert await row.locator(".flag-unhealthy").inner_text() == "unhealthy"
+        state = await row.locator(".health-state").inner_text()
+        assert re.fullmatch(
+            r"ready, but /health failing since \d\d:\d\d:\d\d UTC \(\d+ failures\): HTTP 503",
+            state,
+        ), state
+        assert int(re.search(r"\((\d+) failures", state)[1]) >= 3  # type: ignore[index]
+        summary = await page.locator(".summary").inner_text()
+        assert "1 unhealthy" in summary and "ready" not in summary.split("as of")[0]
+        await row.screenshot(path=artifacts / "unhealthy.png")
+
+
+async def test_a_crash_still_settling_is_pending_not_zero_crashes(
+    tmp_path: Path, journal_writer: JournalWriter, browse: Browse, artifacts: Path
+) -> None:
+    """A crash whose traceback is still arriving: its cause shows as pending, and the day's
+    count says it is not counted yet instead of '0 crashes'."""
+    async with probed_sentinel(tmp_path, journal_writer) as url, browse() as page:
+        await page.goto(url + "/")
+        row = page.locator(f'tr[data-key="unit:llm-two/{PENDING}"]')
+        assert await row.locator(".phase").inner_text() == "crashed"
+        crash = await row.locator("td.crash").inner_text()
+        assert "pending in loading_weights" in crash
+        assert "cause pending: only a wrapper or a signal so far, the traceback may still be " \
+            "arriving; not counted until its cause is settled" in crash  # fmt: skip
+        day = await row.locator('td[data-label="Last 24 h"]').inner_text()
+        assert day == "1 start · 0 crashes counted + 1 settling", day
+        await row.screenshot(path=artifacts / "pending.png")

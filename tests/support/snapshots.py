@@ -128,6 +128,9 @@ def _crashed_then_loading() -> UnitSnapshot:
         records_by_level={"info": 120, "warning": 3, "error": 7, "none": 40},
         benign_errors_total=2,
         last_crash=crash,
+        counted_crashes=(crash,),
+        recent_starts=(at(0), at(600)),
+        recent_crashes=(at(300),),  # settled: the tracker adds its end when it counts it
         phase_durations={
             Phase.STARTING: 5.0,
             Phase.INITIALIZING: 15.0,

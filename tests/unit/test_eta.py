@@ -169,12 +169,13 @@ class TestLogRemaining:
     """vLLM's own word on the rest of the current phase."""
 
     def test_tqdm_remaining_counts_down_from_the_line(self) -> None:
-        """'[09:23<29:54, …]' at t: 1794 s left then, 1794 - 60 a minute later, never < 0."""
+        """'[09:23<29:54, …]' at t: 1794 s left then, 1794 - 60 a minute later; below 0 once
+        that time has run out (how long ago: overdue, never "0 s left")."""
         bar = ProgressBar(P.LOADING_WEIGHTS, at(200), 22, 85, 1794.0)
         item = loading(bar=bar)
         assert log_remaining_seconds(item, at(200)) == 1794.0
         assert log_remaining_seconds(item, at(260)) == 1734.0
-        assert log_remaining_seconds(item, at(5000)) == 0.0
+        assert log_remaining_seconds(item, at(5000)) == 1794.0 - 4800.0  # ran out: overdue
 
     def test_measured_shard_rate_when_tqdm_says_question_mark(self) -> None:
         """10 → 30 shards in 100 s is 0.2/s: 70 left take 350 s, less the 50 s since."""
@@ -237,6 +238,34 @@ class TestEstimateReady:
         got = estimate_ready(loading(bar=bar), (), at(260))
         assert got is not None
         assert (got.eta_seconds, got.basis) == (540.0, EtaBasis.VLLM)
+
+    def test_a_bar_whose_time_ran_out_is_overdue_not_imminent(self) -> None:
+        """tqdm said 3 s left 10 s ago and nothing came since: no ETA of 0 as if imminent, but
+        an estimate overdue by 7 s (its time in the past) on vLLM's basis."""
+        bar = ProgressBar(P.CAPTURING_CUDA_GRAPHS, at(200), 26, 35, 3.0)
+        item = loading(entered=190.0, bar=bar, phase=P.CAPTURING_CUDA_GRAPHS)
+        got = estimate_ready(item, (), at(210))
+        assert got is not None
+        assert (got.eta_seconds, got.overdue_seconds, got.basis) == (None, 7.0, EtaBasis.VLLM)
+        assert got.expected_ready_at == at(203)
+        on_time = estimate_ready(item, (), at(201))
+        assert on_time is not None and (on_time.eta_seconds, on_time.overdue_seconds) == (2.0, None)
+
+    def test_an_overdue_bar_leaves_the_history_basis(self) -> None:
+        """With history, a bar that ran out says nothing more: history's rest of the phase (30 s
+        usual, 20 spent) and the API server's 5 s."""
+        bar = ProgressBar(P.CAPTURING_CUDA_GRAPHS, at(500), 26, 35, 3.0)
+        item = loading(entered=490.0, bar=bar, phase=P.CAPTURING_CUDA_GRAPHS)
+        got = estimate_ready(item, (record(-5000, FULL),), at(510))
+        assert got is not None
+        assert (got.eta_seconds, got.overdue_seconds, got.basis) == (15.0, None, EtaBasis.HISTORY)
+
+    def test_history_that_ran_out_in_the_last_phase_is_overdue(self) -> None:
+        """In the API server start for 65 s of a usual 5: overdue by 60 s, not 'ready in 0 s'."""
+        item = loading(entered=1000.0, phase=P.STARTING_API_SERVER)
+        got = estimate_ready(item, (record(-5000, FULL),), at(1065))
+        assert got is not None
+        assert (got.eta_seconds, got.overdue_seconds, got.basis) == (None, 60.0, EtaBasis.HISTORY)
 
     def test_other_models_history_when_the_model_is_new(self) -> None:
         """No start of this model: the unit's other starts are the basis; with one, only it."""

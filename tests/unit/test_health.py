@@ -162,6 +162,20 @@ class TestHealthTracker:
         assert health.failing_since is None and not health.is_unhealthy(at(999), 60)
         assert health.snapshot(at(999), 60).ready_at == at(100)  # the first success stays
 
+    def test_failures_are_counted_from_the_first_after_the_last_success(self) -> None:
+        """``failures``: the probes that failed since the clock started (none while starting,
+        unreachable ones not counted), back to 0 after a success."""
+        health = HealthTracker(KEY)
+        health.apply(_result(0, ProbeOutcome.DOWN, "connection_refused"), is_ready=False)
+        assert health.snapshot(at(0), 60).failures == 0  # still starting: expected
+        health.apply(_result(100, ProbeOutcome.UP), is_ready=True)
+        for second in (110, 120, 130):
+            health.apply(_result(second, ProbeOutcome.DOWN, "http_status"), is_ready=True)
+        health.apply(_result(135, ProbeOutcome.UNREACHABLE, "host_unreachable"), is_ready=True)
+        assert health.snapshot(at(140), 60).failures == 3
+        health.apply(_result(150, ProbeOutcome.UP), is_ready=True)
+        assert health.snapshot(at(150), 60).failures == 0
+
     def test_an_unreachable_host_neither_starts_nor_stops_the_clock(self) -> None:
         """A host whose SSH connection is down says nothing about vLLM."""
         health = HealthTracker(KEY)

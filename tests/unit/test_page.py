@@ -12,11 +12,12 @@ from typing import Any
 
 import pytest
 
-from tests.support.snapshots import AT, basic_snapshot
+from tests.support.snapshots import AT, at, basic_snapshot, incarnation
+from vllm_sentinel.causes import CrashCause
 from vllm_sentinel.page import render_main, render_page
-from vllm_sentinel.phases import Phase
+from vllm_sentinel.phases import Outcome, Phase
 from vllm_sentinel.report import status_document
-from vllm_sentinel.snapshot import CrashInfo, Snapshot
+from vllm_sentinel.snapshot import CrashInfo, EtaBasis, Snapshot, UnitHealth
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "deploy" / "grafana" / "vllm-sentinel.json"
@@ -207,6 +208,110 @@ class TestFactsThatMayComeLater:
         main = render_main(doc)
         assert "loading_weights slow" in text_of(row(main, "vllm-llama.service"))
         assert "slow" not in text_of(row(main, "vllm-qwen.service"))
+
+
+def _with_unit(index: int, **fields: Any) -> Snapshot:
+    """The basic snapshot with unit ``index`` of host gpu-a changed."""
+    snapshot = basic_snapshot()
+    host = snapshot.hosts[0]
+    units = list(host.units)
+    units[index] = replace(units[index], **fields)
+    return Snapshot((replace(host, units=tuple(units)), *snapshot.hosts[1:]), AT)
+
+
+FAILING = UnitHealth(
+    url="http://127.0.0.1:8000",
+    up=False,
+    error="http_status",
+    status=503,
+    last_probe_at=at(1790),
+    failing_since=at(1700),
+    failures=10,
+    unhealthy=True,
+)
+
+
+class TestReadyButUnhealthy:
+    """Ready per its logs, /health failing: said in words on the row, not only a colour."""
+
+    def test_the_row_says_ready_but_health_failing_since_and_how_often(self) -> None:
+        main = render_main(document(_with_unit(1, health=FAILING)))
+        qwen = row(main, "vllm-qwen.service")
+        text = text_of(qwen)
+        assert "ready unhealthy" in text  # the phase stays ready, flagged
+        assert "ready, but /health failing since 12:28:20 UTC (10 failures): HTTP 503" in text
+        assert "row-unhealthy" in qwen
+
+    def test_the_summary_counts_it_unhealthy_not_ready(self) -> None:
+        text = text_of(render_main(document(_with_unit(1, health=FAILING))))
+        assert "1 unhealthy" in text and "ready ·" not in text.split("·", 2)[-1]
+        assert "1 crashed" not in text
+
+    def test_a_healthy_ready_unit_says_nothing_of_health(self) -> None:
+        qwen = text_of(row(render_main(document()), "vllm-qwen.service"))
+        assert "/health" not in qwen and "unhealthy" not in qwen
+
+
+def _pending() -> Snapshot:
+    """The llama unit's only start crashed; its cause is pending (traceback open)."""
+    crash = CrashInfo(CrashCause.PENDING, "", "", Phase.LOADING_WEIGHTS, at(1500), "inv-2")
+    second = incarnation(
+        [(Phase.STARTING, 600), (Phase.LOADING_WEIGHTS, 620), (Phase.CRASHED, 1500)],
+        id="inv-2",
+        outcome=Outcome.CRASHED,
+        crash=crash,
+        ended=1500,
+    )
+    return _with_unit(
+        0,
+        incarnations=(second,),
+        last_crash=crash,
+        crashes_total={},
+        counted_crashes=(),
+        recent_crashes=(),  # not settled: not counted
+        recent_starts=(at(600),),
+        eta_seconds=None,
+        expected_ready_at=None,
+        eta_basis=None,
+    )
+
+
+class TestCrashNotCountedYet:
+    """A crash whose cause is pending is not counted yet: the page says so, never '0 crashes'
+    next to it."""
+
+    def test_pending_cause_is_shown_as_pending(self) -> None:
+        text = text_of(row(render_main(document(_pending())), "vllm-llama.service"))
+        assert "pending in loading_weights" in text
+        assert (
+            "cause pending: only a wrapper or a signal so far, the traceback may still be "
+            "arriving; not counted until its cause is settled"
+        ) in text
+
+    def test_the_day_count_says_counted_and_settling(self) -> None:
+        text = text_of(row(render_main(document(_pending())), "vllm-llama.service"))
+        assert "1 start · 0 crashes counted + 1 settling" in text
+        assert "0 crashes ·" not in text and not text.endswith("0 crashes")
+
+    def test_a_settled_crash_has_no_settling_words(self) -> None:
+        text = text_of(row(render_main(document()), "vllm-llama.service"))
+        assert "settling" not in text and "pending" not in text
+        assert "2 starts · 1 crash" in text
+
+
+class TestOverdueEta:
+    def test_an_overdue_estimate_says_so_not_zero(self) -> None:
+        """An ETA that ran out shows how long ago, never 'ETA 0s'."""
+        snapshot = _with_unit(
+            0,
+            eta_seconds=None,
+            expected_ready_at=None,
+            eta_basis=EtaBasis.VLLM,
+            eta_overdue_seconds=42.0,
+        )
+        text = text_of(row(render_main(document(snapshot)), "vllm-llama.service"))
+        assert "ETA overdue by 42s" in text
+        assert "ETA 0s" not in text
 
 
 class TestHostileText:

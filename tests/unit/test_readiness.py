@@ -101,15 +101,17 @@ class TestStates:
             error="http_status",
             status=503,
             failing_since=at(1700),
+            failures=10,
             unhealthy=True,
         )
         document = unit_document(_ready(health=failing), AT)
         assert document["state"] == "unhealthy"
         assert document["phase"] == "ready"
         assert document["detail"] == (
-            "ready per its logs, but /health has failed for 1m40s: HTTP 503"
+            "ready per its logs, but /health has failed for 1m40s (10 probes): HTTP 503"
         )
         assert document["health"]["failing_since"] == "2025-03-01T12:28:20Z"
+        assert (document["health"]["failures"], document["health"]["unhealthy"]) == (10, True)
 
     def test_crashed_unit_carries_its_root_cause(self) -> None:
         """Crashed: 500, the cause in the detail, last_crash with its fix hint."""
@@ -119,7 +121,9 @@ class TestStates:
             crash=CRASH,
             ended=80,
         )
-        unit = unit_snapshot("gpu-a", "vllm-kimi.service", item, last_crash=CRASH)
+        unit = unit_snapshot(
+            "gpu-a", "vllm-kimi.service", item, last_crash=CRASH, recent_crashes=(at(80),)
+        )
         document = unit_document(unit, AT)
         assert unit_state(unit) is UnitState.CRASHED
         assert (
@@ -133,6 +137,7 @@ class TestStates:
             "phase": "loading_weights",
             "at": "2025-03-01T12:01:20Z",
             "invocation_id": "inv-1",
+            "settled": True,
             "hint": {
                 "text": "`pip install flashinfer-cubin==0.6.4`: flashinfer-cubin 0.6.3 must "
                 "match flashinfer 0.6.4 (or install the flashinfer that matches "

@@ -11,10 +11,10 @@ from typing import Any
 from tests.support.snapshots import AT, basic_snapshot
 from vllm_sentinel.causes import CrashCause
 from vllm_sentinel.hints import HintContext
-from vllm_sentinel.phases import Phase
+from vllm_sentinel.phases import Outcome, Phase
 from vllm_sentinel.replay import replay
 from vllm_sentinel.report import render_status, render_text, status_document, unit_to_json
-from vllm_sentinel.snapshot import CrashInfo, GpuProcessUsage, Snapshot
+from vllm_sentinel.snapshot import CrashInfo, GpuProcessUsage, Snapshot, UnitHealth
 from vllm_sentinel.tracker import RECENT_EVENTS_KEPT
 
 INCIDENT = "\n".join(
@@ -117,6 +117,55 @@ class TestStatus:
             "Now on this host: jupyter.service (pid 4242) holds 70.0 GiB on GPU 0."
         )
         assert unit_to_json(host.units[0], HintContext("x"))["last_crash"]["hint"] != hint
+
+    def test_unhealthy_unit_in_the_document_and_the_table(self) -> None:
+        """``/status`` carries the unit's probes; ``status`` says ready but failing, in words."""
+        host = basic_snapshot().hosts[0]
+        failing = UnitHealth(
+            url="http://127.0.0.1:8000",
+            up=False,
+            error="timeout",
+            last_probe_at=AT,
+            failing_since=AT - timedelta(seconds=75),
+            failures=8,
+            unhealthy=True,
+        )
+        qwen = replace(host.units[1], health=failing)
+        document = status_document(Snapshot((replace(host, units=(qwen,)),), AT))
+        (unit,) = document["units"]
+        assert unit["unhealthy"] is True
+        assert unit["health"]["failures"] == 8
+        assert unit["health"]["failing_since"] == "2025-03-01T12:28:45Z"
+        lines = render_status(document).splitlines()
+        index = next(i for i, line in enumerate(lines) if "vllm-qwen.service" in line)
+        assert "ready (unhealthy)" in lines[index]
+        assert lines[index + 1] == (
+            " " * 17 + "health: ready, but /health failing since 12:28:45 UTC (8 failures): timeout"
+        )
+
+    def test_a_healthy_unit_has_health_but_no_health_line(self) -> None:
+        document = status_document(basic_snapshot())
+        qwen = next(unit for unit in document["units"] if unit["unit"] == "vllm-qwen.service")
+        assert qwen["unhealthy"] is False and qwen["health"]["up"] is True
+        assert "health:" not in render_status(document)
+
+    def test_pending_crash_is_not_counted_and_says_why(self) -> None:
+        """A crash held while its traceback is open: ``settled`` false, counted as settling,
+        and the table says its cause is pending and not counted yet."""
+        host = basic_snapshot().hosts[0]
+        llama = host.units[0]
+        crash = CrashInfo(CrashCause.PENDING, "", "", Phase.LOADING_WEIGHTS, AT, "inv-2")
+        current = replace(llama.incarnations[-1], outcome=Outcome.CRASHED, crash=crash, ended_at=AT)
+        unit = replace(llama, incarnations=(llama.incarnations[0], current), last_crash=crash)
+        document = status_document(Snapshot((replace(host, units=(unit,)),), AT))
+        (entry,) = document["units"]
+        assert entry["last_crash"]["settled"] is False
+        assert entry["incarnations"][0]["crash"]["settled"] is True
+        assert (entry["crashes_settling"], entry["crashes_last_24h"]) == (1, 1)
+        lines = render_status(document).splitlines()
+        index = next(i for i, line in enumerate(lines) if "vllm-llama.service" in line)
+        assert lines[index].endswith("pending (not counted yet)")
+        assert lines[index + 1].startswith(" " * 17 + "crash: cause pending: only a wrapper")
 
     def test_status_table_shows_the_hint_under_the_unit(self) -> None:
         """``vllm-sentinel status``: one ``hint:`` line under a unit with a last crash."""

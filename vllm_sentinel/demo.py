@@ -5,7 +5,10 @@ built from real logs by ``scripts/build-demo-data.py``) play at once on host ``d
 accelerated, in a loop:
 
 * ``vllm-kimi-k25.service`` — TP=8 Kimi-K2.5: a flashinfer version mismatch crashes the first
-  start, systemd restarts it, the second start loads for nine minutes and becomes ready;
+  start, systemd restarts it, the second start loads for nine minutes and becomes ready. Its
+  earlier good starts (``KIMI_HISTORY``) are in the startup history from the beginning, so its
+  ETA covers the whole start (vLLM's bar for the current phase, history for the phases after
+  it) rather than only the end of the current bar;
 * ``vllm-qwen-14b.service`` — the KV cache is too small for max_model_len; the restart works;
 * ``vllm-llama-405b.service`` — shard loading stops printing at 33 %: the stall rule fires.
   Its earlier starts (``LLAMA_HISTORY``) are in the startup history from the beginning, so its
@@ -18,7 +21,9 @@ ready, then 200 — except Qwen's, whose engine "dies" a little after it became 
 ``/health`` answers 503 again while its logs still say ready, and the unit turns ``unhealthy``.
 
 Each record's time is moved to "now" (scaled by the speed-up), and so are the times a tqdm bar
-prints (``[elapsed<remaining``), so that vLLM's own remaining time matches the demo's clock;
+prints (``[elapsed<remaining``), so that vLLM's own remaining time matches the demo's clock
+(a remaining time is rounded up to whole seconds, as a bar with time left never reads
+``00:00`` after the speed-up);
 invocation ids are renewed on every loop, and the records go through ``JournalJsonDecoder``
 into the Monitor's queue exactly like a followed journal. Each start that becomes ready joins
 its unit's history (in memory), so the next loop's starts have an ETA from history too. A
@@ -29,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import math
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -62,6 +68,7 @@ from vllm_sentinel.transport import LocalTransport
 __all__ = [
     "DEMO_HOST",
     "INCIDENTS",
+    "KIMI_HISTORY",
     "LLAMA_HISTORY",
     "DemoIncident",
     "FakeHealthEndpoints",
@@ -132,7 +139,31 @@ LLAMA_HISTORY: tuple[Mapping[Phase, float], ...] = (
 """Three earlier starts of the Llama unit, in the incident's own seconds (before the speed-up):
 about ten minutes of loading each. The stalled start is slower (30 s a shard) before it stops."""
 
+KIMI_HISTORY: tuple[Mapping[Phase, float], ...] = tuple(
+    MappingProxyType(
+        {
+            Phase.STARTING: 13.0,
+            Phase.INITIALIZING: 8.0,
+            Phase.LOADING_WEIGHTS: load,
+            Phase.COMPILING: 22.0,
+            Phase.PROFILING_KV_CACHE: 7.0,
+            Phase.CAPTURING_CUDA_GRAPHS: graphs,
+            Phase.STARTING_API_SERVER: 20.0,
+        }
+    )
+    for load, graphs in ((540.0, 64.0), (560.0, 66.0), (575.0, 68.0))
+)
+"""Three earlier good starts of the Kimi unit, in the incident's own seconds: the phase
+durations of the incident's own second start (``vllm-sentinel replay`` of its file), the load
+a little faster or slower."""
+
 _LLAMA_MODEL = "meta-llama/Llama-3.1-405B-Instruct-FP8"
+_KIMI_MODEL = "/shared/kimi-k2.5-nvfp4"
+_HISTORIES: tuple[tuple[str, tuple[Mapping[Phase, float], ...], str, str, int], ...] = (
+    ("llama", LLAMA_HISTORY, _LLAMA_MODEL, "0.11.0", 4),
+    ("kimi", KIMI_HISTORY, _KIMI_MODEL, "0.17.1", 8),
+)
+"""(incident file prefix, earlier starts, model, vLLM version, tensor parallel size)."""
 _TQDM_TIMES = re.compile(r"\[(\d+(?::\d\d){1,2})<(\d+(?::\d\d){1,2})")
 _SLOW_FLOOR_SECONDS = 2.0  # the slow rule's floor in real seconds at speed 1 (the default is 60)
 
@@ -146,43 +177,50 @@ def _renew(invocation: object, loop: int) -> str:
     return hashlib.md5(f"{invocation}:{loop}".encode(), usedforsecurity=False).hexdigest()
 
 
-def _interval(text: str, speed: float) -> str:
+def _interval(text: str, speed: float, *, up: bool = False) -> str:
+    """tqdm's ``MM:SS`` (or ``H:MM:SS``) divided by ``speed``, rounded (``up``: rounded up, so
+    that time left stays above zero)."""
     seconds = 0
     for part in text.split(":"):
         seconds = seconds * 60 + int(part)
-    minutes, secs = divmod(round(seconds / speed), 60)
+    scaled = seconds / speed
+    minutes, secs = divmod(math.ceil(scaled) if up else round(scaled), 60)
     hours, minutes = divmod(minutes, 60)
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes:02d}:{secs:02d}"
 
 
 def _scale_bar(message: str, speed: float) -> str:
-    """A tqdm bar's ``[elapsed<remaining`` divided by the speed-up, like the record times."""
+    """A tqdm bar's ``[elapsed<remaining`` divided by the speed-up, like the record times (the
+    remaining time rounded up: 5 s left at a speed-up of 12 is ``00:01``, not ``00:00``)."""
     return _TQDM_TIMES.sub(
-        lambda found: f"[{_interval(found[1], speed)}<{_interval(found[2], speed)}", message
+        lambda found: f"[{_interval(found[1], speed)}<{_interval(found[2], speed, up=True)}",
+        message,
     )
 
 
 def demo_history(now: datetime, speed: float) -> HistoryStore:
-    """The demo's startup history (in memory): ``LLAMA_HISTORY`` at ``speed``, days ago."""
+    """The demo's startup history (in memory): ``LLAMA_HISTORY`` and ``KIMI_HISTORY`` at their
+    incident's speed times ``speed``, days ago."""
     store = HistoryStore(None)
-    unit = next(item for item in INCIDENTS if item.file.startswith("llama"))
-    scale = unit.speed * speed
-    for days, phases in enumerate(LLAMA_HISTORY, 1):
-        started = now - timedelta(days=len(LLAMA_HISTORY) + 1 - days)
-        seconds = {phase: value / scale for phase, value in phases.items()}
-        store.add(
-            DEMO_HOST,
-            unit.unit,
-            StartupRecord(
-                started_at=started,
-                ready_at=started + timedelta(seconds=sum(seconds.values())),
-                phase_seconds=seconds,
-                invocation_id=_renew(unit.unit, -days),
-                model=_LLAMA_MODEL,
-                vllm_version="0.11.0",
-                tensor_parallel_size=4,
-            ),
-        )
+    for prefix, history, model, version, tensor_parallel in _HISTORIES:
+        unit = next(item for item in INCIDENTS if item.file.startswith(prefix))
+        scale = unit.speed * speed
+        for days, phases in enumerate(history, 1):
+            started = now - timedelta(days=len(history) + 1 - days)
+            seconds = {phase: value / scale for phase, value in phases.items()}
+            store.add(
+                DEMO_HOST,
+                unit.unit,
+                StartupRecord(
+                    started_at=started,
+                    ready_at=started + timedelta(seconds=sum(seconds.values())),
+                    phase_seconds=seconds,
+                    invocation_id=_renew(unit.unit, -days),
+                    model=model,
+                    vllm_version=version,
+                    tensor_parallel_size=tensor_parallel,
+                ),
+            )
     return store
 
 

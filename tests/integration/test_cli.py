@@ -392,6 +392,44 @@ def test_demo_shows_phases_moving_and_crash_causes() -> None:
     assert b"curl -s" in out
 
 
+@pytest.mark.integration
+def test_demo_counts_down_to_ready_through_cuda_graph_capture() -> None:
+    """Kimi's CUDA graph capture in the demo: an ETA on every look, each above 0 (a bar whose
+    time ran out is overdue, never 'ready in 0 s'), resting on history as well as vLLM's bar
+    (the unit's earlier starts are in the demo's history from the beginning)."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    command = [*CLI, "demo", "--listen", f"127.0.0.1:{port}", "--speed", "2", "--duration", "60"]
+    seen: list[tuple[object, object, object]] = []  # (eta_seconds, eta_basis, overdue)
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as demo:
+        try:
+            deadline = time.monotonic() + 55
+            left = False
+            while time.monotonic() < deadline and not left:
+                answer = _unit_state(url, "vllm-kimi-k25.service")
+                if answer is not None:
+                    body = answer[1]
+                    if body.get("phase") == "capturing_cuda_graphs":
+                        seen.append(
+                            (
+                                body["eta_seconds"],
+                                body["eta_basis"],
+                                body.get("eta_overdue_seconds"),
+                            )
+                        )
+                    left = bool(seen) and body.get("phase") != "capturing_cuda_graphs"
+                time.sleep(0.05)  # the demo plays in real time: poll, bounded by the deadline
+        finally:
+            demo.send_signal(signal.SIGINT)
+            demo.communicate(timeout=15)
+    assert len(seen) >= 10, seen
+    etas = [eta for eta, _, _ in seen]
+    assert all(isinstance(eta, float) and eta > 0 for eta in etas), seen
+    bases = {basis for _, basis, _ in seen}
+    assert "both" in bases and bases <= {"both", "history"}, seen  # never the bar alone
+    assert etas[-1] < etas[0], seen  # it counts down
+
+
 def _unit_state(url: str, unit: str) -> tuple[int, dict[str, object]] | None:
     """GET /units/demo-gpu-01/UNIT: (status, JSON), or None while the server is starting."""
     try:

@@ -54,25 +54,54 @@ def _allow_fast_exit() -> None:
         context.obj.fast = True
 
 
-async def _until_signal(main: Coroutine[object, object, None]) -> None:
+STOP_GRACE_SECONDS = 5.0
+"""How long ``_until_signal`` lets a stopped command clean up before it leaves anyway."""
+
+FORCED_EXIT_STATUS = 130
+"""The exit status when a stop could not finish its clean-up (128 + SIGINT, as a shell says)."""
+
+
+async def _until_signal(
+    main: Coroutine[object, object, None], *, grace_seconds: float = STOP_GRACE_SECONDS
+) -> None:
     """Run ``main`` until it ends or SIGINT/SIGTERM arrives, then cancel it and let it clean up.
 
     The handlers are installed even where the shell started us with SIGINT ignored (``cmd &``
-    in a script), so both signals always stop the command the same way.
+    in a script), so both signals always stop the command the same way. The first signal stops
+    it cleanly; when the clean-up has not finished ``grace_seconds`` later, or a second signal
+    comes, one line on stderr says so and the process leaves at once (``os._exit``) with
+    ``FORCED_EXIT_STATUS``: a stop is never a wait for something that may not end (a task that
+    missed its cancellation, a connection that stays open).
     """
     import asyncio
     import contextlib
     import signal
 
     loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
+    signals: asyncio.Queue[int] = asyncio.Queue()
     for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
+        loop.add_signal_handler(signum, signals.put_nowait, signum)
     task = asyncio.ensure_future(main)
-    waiter = asyncio.ensure_future(stop.wait())
+    waiter = asyncio.ensure_future(signals.get())
     await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
     waiter.cancel()
-    task.cancel()
+    if not task.done():
+        task.cancel()
+        again = asyncio.ensure_future(signals.get())
+        await asyncio.wait(
+            {task, again}, timeout=grace_seconds, return_when=asyncio.FIRST_COMPLETED
+        )
+        again.cancel()
+        if not task.done():
+            why = (
+                "a second signal"
+                if again.done() and not again.cancelled()
+                else (f"its clean-up took over {grace_seconds:g} s")
+            )
+            click.echo(f"vllm-sentinel: stopped at once ({why})", err=True)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(FORCED_EXIT_STATUS)
     with contextlib.suppress(asyncio.CancelledError):
         await task  # re-raises what ``main`` raised (a port in use: OSError)
 
@@ -425,7 +454,18 @@ def _write_private(path: str, text: str) -> None:
 )
 @click.option("--log-level", default="warning", show_default=True, type=_LOG_LEVELS)
 def demo_command(listen: str, speed: float, duration: float | None, log_level: str) -> None:
-    """Play bundled real-shaped incidents through the engine and serve their metrics."""
+    """Play bundled real-shaped incidents through the engine and serve their metrics.
+
+    Ctrl-C (SIGINT) or SIGTERM stops it, at any moment, with exit status 0 (130 when its
+    clean-up does not finish within 5 s, or on a second Ctrl-C).
+    """
+    import contextlib
+
+    with contextlib.suppress(KeyboardInterrupt):  # while starting, before the handlers
+        _demo(listen, speed, duration, log_level)
+
+
+def _demo(listen: str, speed: float, duration: float | None, log_level: str) -> None:
     import asyncio
 
     from vllm_sentinel.demo import run_demo
@@ -445,8 +485,6 @@ def demo_command(listen: str, speed: float, duration: float | None, log_level: s
                 )
             )
         )
-    except KeyboardInterrupt:  # before the handlers were in place
-        pass
     except OSError as error:
         _fail(f"cannot serve on {listen}: {error}", status=1)
 

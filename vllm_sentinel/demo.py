@@ -375,6 +375,7 @@ class FakeHealthEndpoints:
         self._dies = frozenset(dies)
         self._dies_after = dies_after_seconds
         self._servers: list[asyncio.Server] = []
+        self._open: set[asyncio.StreamWriter] = set()
         self.ports: dict[str, int] = {}
 
     async def start(self) -> None:
@@ -389,9 +390,13 @@ class FakeHealthEndpoints:
             self.ports[unit] = int(server.sockets[0].getsockname()[1])
 
     async def close(self) -> None:
-        """Stop listening."""
+        """Stop listening and close the connections still open (since Python 3.12.1
+        ``wait_closed`` waits for every connection: one left open would hold the stop)."""
         for server in self._servers:
             server.close()
+        for writer in list(self._open):
+            writer.transport.abort()
+        for server in self._servers:
             await server.wait_closed()
 
     def _answer(self, unit: str, path: str) -> tuple[int, bytes]:
@@ -424,6 +429,7 @@ class FakeHealthEndpoints:
         self, unit: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
         connection = h11.Connection(h11.SERVER)
+        self._open.add(writer)
         try:
             while True:
                 event = connection.next_event()
@@ -443,6 +449,7 @@ class FakeHealthEndpoints:
         except (h11.ProtocolError, OSError):
             pass
         finally:
+            self._open.discard(writer)
             writer.close()
 
 

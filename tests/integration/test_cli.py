@@ -430,6 +430,111 @@ def test_demo_counts_down_to_ready_through_cuda_graph_capture() -> None:
     assert etas[-1] < etas[0], seen  # it counts down
 
 
+def _demo_moment(url: str, moment: str) -> bool:
+    """Whether the demo at ``url`` has reached ``moment``: ``serving`` (it answers), or
+    ``UNIT=STATE`` (``/units`` says so)."""
+    if moment == "serving":
+        return _unit_state(url, "vllm-kimi-k25.service") is not None
+    unit, state = moment.split("=")
+    answer = _unit_state(url, unit)
+    return answer is not None and answer[1].get("state") == state
+
+
+DEMO_MOMENTS = (
+    "serving",
+    "serving",
+    "vllm-kimi-k25.service=crashed",
+    "vllm-qwen-14b.service=crashed",
+    "vllm-llama-405b.service=starting",
+    "vllm-qwen-14b.service=unhealthy",
+)
+"""When the Ctrl-C comes in each run: as soon as it serves (twice), and at moments where the
+probe, the crash settling and the loads are busy."""
+
+
+@pytest.mark.integration
+def test_demo_stops_on_the_first_ctrl_c_every_time() -> None:
+    """One SIGINT at each of ``DEMO_MOMENTS``: the demo exits 0 within 15 s every time (a bound
+    for correctness, not speed: it stops in well under a second), never waiting for a second
+    Ctrl-C."""
+    for moment in DEMO_MOMENTS:
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        command = [*CLI, "demo", "--listen", f"127.0.0.1:{port}", "--speed", "6"]
+        with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as demo:
+            try:
+                deadline = time.monotonic() + 60
+                while not _demo_moment(url, moment):
+                    assert time.monotonic() < deadline, f"the demo never reached {moment}"
+                    time.sleep(0.05)  # the demo plays in real time: poll, bounded by the deadline
+                demo.send_signal(signal.SIGINT)
+                _, err = demo.communicate(timeout=15)
+            finally:
+                if demo.returncode is None:
+                    demo.kill()
+                    demo.communicate()
+        assert demo.returncode == 0, (moment, demo.returncode, err.decode()[-2000:])
+        assert b"Traceback" not in err, (moment, err.decode())
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("after", [0.3, 0.6, 0.9, 1.2])
+def test_demo_ctrl_c_while_starting_is_a_clean_stop(after: float) -> None:
+    """A Ctrl-C while the demo is still starting (``after`` seconds into it: importing, binding)
+    stops it like any other: status 0, or 130 (killed by SIGINT) before Python runs our code,
+    never click's ``Aborted!`` with status 1."""
+    command = [*CLI, "demo", "--listen", f"127.0.0.1:{free_port()}"]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as demo:
+        time.sleep(after)  # the moment of the Ctrl-C, not a wait for something
+        demo.send_signal(signal.SIGINT)
+        try:
+            _, err = demo.communicate(timeout=15)
+        finally:
+            if demo.returncode is None:
+                demo.kill()
+                demo.communicate()
+    assert demo.returncode in (0, -signal.SIGINT), (demo.returncode, err.decode())
+    assert b"Aborted" not in err and b"Traceback" not in err, err.decode()
+
+
+STUBBORN = """
+import asyncio
+from vllm_sentinel.cli import _until_signal
+
+async def stubborn():
+    print("ready", flush=True)
+    while True:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:  # a task that misses its cancellation: never ends
+            print("cancelled", flush=True)
+
+asyncio.run(_until_signal(stubborn(), grace_seconds=1.0))
+"""
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    ("signals", "why"),
+    [(1, "its clean-up took over 1 s"), (2, "a second signal")],
+)
+def test_a_stop_that_cannot_clean_up_still_ends(signals: int, why: str) -> None:
+    """Whatever holds the clean-up (here a task that swallows its cancellation), a stopped
+    command leaves: after the grace period, or at once on a second Ctrl-C, with status 130 and
+    one line saying why."""
+    with subprocess.Popen(
+        [sys.executable, "-c", STUBBORN], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    ) as child:
+        assert child.stdout is not None and child.stdout.readline() == b"ready\n"
+        child.send_signal(signal.SIGINT)
+        assert child.stdout.readline() == b"cancelled\n"  # the first one was taken
+        if signals == 2:
+            child.send_signal(signal.SIGINT)
+        _, err = child.communicate(timeout=15)
+    assert child.returncode == 130, err.decode()
+    assert err.decode().strip() == f"vllm-sentinel: stopped at once ({why})"
+
+
 def _unit_state(url: str, unit: str) -> tuple[int, dict[str, object]] | None:
     """GET /units/demo-gpu-01/UNIT: (status, JSON), or None while the server is starting."""
     try:

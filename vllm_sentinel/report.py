@@ -66,6 +66,7 @@ __all__ = [
     "crash_to_json",
     "format_duration",
     "health_to_json",
+    "is_settled",
     "iso_utc",
     "pending_crash_text",
     "render_status",

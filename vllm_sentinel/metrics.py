@@ -605,7 +605,8 @@ METRICS: tuple[MetricDefinition, ...] = (
         "vllm_sentinel_unit_startup_eta_seconds",
         _G,
         "Estimated seconds until the starting unit is ready, by basis: vllm (its progress bars), "
-        "history (its recent starts) or both (absent without a basis, or while stalled).",
+        "history (its recent starts) or both (absent without a basis, while stalled, or once "
+        "the estimate has run out: overdue).",
         (*_HU, "basis"),
         _unit_startup_eta,
     ),

@@ -112,6 +112,24 @@ def _fail(message: str, *, status: int = 2) -> NoReturn:
     sys.exit(status)
 
 
+def _in_file(path: str | None, error: Exception) -> str:
+    """An error about a config file, prefixed with the file's path unless it names it."""
+    message = str(error)
+    if path is None or message.startswith(f"{path}:"):
+        return message
+    return f"{path}: {message}"
+
+
+def _bind_failure(where: str, error: OSError) -> NoReturn:
+    """Exit 2 with one line: the address, the reason in words and, when it is taken, a way out."""
+    import errno
+
+    reason = _os_reason(error)
+    if error.errno == errno.EADDRINUSE:
+        reason += " (another vllm-sentinel or demo? choose another address with --listen HOST:PORT)"
+    _fail(f"cannot serve on {where}: {reason}")
+
+
 def _os_reason(error: OSError) -> str:
     """``No such file or directory`` → ``no such file or directory`` (the message without
     errno and path)."""
@@ -267,8 +285,8 @@ def run_command(
     """Run the monitoring daemon: follow journals, poll GPUs, serve /metrics and /status.
 
     Exit status 0 after SIGTERM/SIGINT; 1 when the last cursors and counters could not be
-    saved, or the address cannot be bound; 2 for an invalid config or a state directory that
-    cannot be written (one line on stderr).
+    saved; 2 for an invalid config, a state directory that cannot be written or an address
+    that cannot be bound (one line on stderr).
     """
     import asyncio
 
@@ -292,26 +310,37 @@ def run_command(
     try:
         status = asyncio.run(daemon.run())
     except OSError as error:
-        where = listen or config.exporter.listen
-        _fail(f"cannot serve on {where}: {error}", status=1)
-    except (ConfigError, StateDirectoryError) as error:
+        _bind_failure(listen or config.exporter.listen, error)
+    except ConfigError as error:
+        _fail(_in_file(config_path, error))
+    except StateDirectoryError as error:
         _fail(str(error))
     sys.exit(status)
 
 
 @cli.command("check-config")
-@click.argument("path", type=click.Path(dir_okay=False))
+@click.argument("path")
 def check_config_command(path: str) -> None:
-    """Validate a config file (every bad key reported at once, exit 2)."""
+    """Validate a config file (every bad key reported at once, exit 2).
+
+    A file that cannot be read (missing, a directory, no permission) is one line and exit 2;
+    so is an invalid one, its message naming the file. Warnings (a file the daemon reads
+    later, a state directory this user cannot write) leave the exit status 0.
+    """
     from vllm_sentinel.config import check_config
     from vllm_sentinel.errors import ConfigError
 
     _allow_fast_exit()
     try:
+        with open(path, "rb"):
+            pass
+    except OSError as error:
+        _fail(f"cannot read {path}: {_os_reason(error)}")
+    try:
         for line in check_config(path):
             click.echo(line)
     except ConfigError as error:
-        _fail(str(error))
+        _fail(_in_file(path, error))
 
 
 @cli.command("init-config")
@@ -486,7 +515,7 @@ def _demo(listen: str, speed: float, duration: float | None, log_level: str) -> 
             )
         )
     except OSError as error:
-        _fail(f"cannot serve on {listen}: {error}", status=1)
+        _bind_failure(listen, error)
 
 
 def _check_listen_option(listen: str) -> tuple[str, int]:

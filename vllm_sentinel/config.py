@@ -934,13 +934,36 @@ def _missing_files(config: Config) -> list[str]:
     ]
 
 
+def _state_directory_problem(directory: str) -> str | None:
+    """Why ``run`` (as this user) could not create or write ``directory``; ``None`` when it
+    could, as far as permissions tell without writing (``run`` proves it with a synced file).
+    """
+    path = os.path.abspath(os.path.expanduser(directory))
+    if os.path.isdir(path):
+        if os.access(path, os.W_OK | os.X_OK):
+            return None
+        return f"{path} is not writable by this user"
+    if os.path.lexists(path):
+        return f"{path} is not a directory"
+    parent = os.path.dirname(path)
+    while not os.path.lexists(parent):  # run creates the missing parents too
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        return f"{path} cannot be created here: {parent} is not a directory"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"{path} cannot be created here: {parent} is not writable by this user"
+    return None
+
+
 def check_config(path: str | os.PathLike[str]) -> list[str]:
     """Validate a file and summarise it for ``vllm-sentinel check-config``, one line per item.
 
     The exporter's web config file and TLS files are read exactly as ``run`` reads them
     (``web_config.load_exporter_security``): one that ``run`` would refuse is an error here too.
     SSH files (known_hosts, client keys) are checked for presence only, and a missing one is a
-    warning: it may be deployed after the config (the host's collector reports it).
+    warning: it may be deployed after the config (the host's collector reports it). So is a
+    state directory this user could not create or write (``run`` refuses to start then; the
+    service may run as another user).
 
     Raises:
         ConfigError: the file is invalid (the CLI exits 2 with the message).
@@ -982,6 +1005,11 @@ def check_config(path: str | os.PathLike[str]) -> list[str]:
             f"{', '.join(DEFAULT_UNITS)} units, and a reload (SIGHUP) refuses such a file"
         )
     warnings = [*config.warnings, *_missing_files(config)]
+    problem = _state_directory_problem(config.defaults.state_directory)
+    if problem is not None:
+        warnings.append(
+            f"defaults.state_directory: {problem} (run refuses to start without a writable one)"
+        )
     if security.basic_auth_without_tls:
         warnings.append(
             f"exporter.web_config_file: {exporter.web_config_file} has basic_auth_users "

@@ -157,12 +157,28 @@ def load_web_config(path: str | os.PathLike[str]) -> WebConfig:
         raise ConfigError(f"web config {where}: {exc}") from None
 
 
-def build_ssl_context(tls: TlsServerConfig) -> ssl.SSLContext:
+_WEB_CONFIG_KEYS = ("tls_server_config.cert_file", "tls_server_config.key_file")
+
+
+def build_ssl_context(
+    tls: TlsServerConfig, keys: tuple[str, str] = _WEB_CONFIG_KEYS
+) -> ssl.SSLContext:
     """Make a server-side TLS context from the certificate chain and key files.
 
+    ``keys`` name the settings the two files came from, for the error message (a web config's
+    ``tls_server_config.cert_file`` / ``key_file`` by default).
+
     Raises:
-        ConfigError: a file is missing or the key does not match the certificate.
+        ConfigError: a file cannot be read (``KEY: FILE: reason``, one file at a time), or
+            the files are not a certificate chain and its private key.
     """
+    for key, path in zip(keys, (tls.cert_file, tls.key_file), strict=True):
+        try:
+            with open(path, "rb"):
+                pass
+        except OSError as error:
+            reason = (error.strerror or str(error)).lower()
+            raise ConfigError(f"{key}: {path}: {reason}") from None
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = tls.min_version
     if tls.max_version is not None:
@@ -170,9 +186,11 @@ def build_ssl_context(tls: TlsServerConfig) -> ssl.SSLContext:
     try:
         context.load_cert_chain(certfile=tls.cert_file, keyfile=tls.key_file)
     except (OSError, ssl.SSLError) as exc:
+        reason = getattr(exc, "reason", None) or str(exc)
         raise ConfigError(
-            f"tls_server_config: cannot load {tls.cert_file} / {tls.key_file}: {exc}"
-        ) from exc
+            f"{keys[0]} / {keys[1]}: {tls.cert_file} / {tls.key_file}: not a certificate chain "
+            f"and its private key ({reason})"
+        ) from None
     return context
 
 
@@ -208,5 +226,7 @@ def load_exporter_security(exporter: ExporterConfig) -> ExporterSecurity:
         return ExporterSecurity(ssl_context, web.basic_auth_users)
     if exporter.has_tls:
         tls = TlsServerConfig(Path(exporter.tls_cert_file), Path(exporter.tls_key_file))
-        return ExporterSecurity(build_ssl_context(tls))
+        return ExporterSecurity(
+            build_ssl_context(tls, ("exporter.tls_cert_file", "exporter.tls_key_file"))
+        )
     return ExporterSecurity()

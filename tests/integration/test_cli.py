@@ -172,7 +172,8 @@ class TestCheckConfig:
         [
             ("basic_auth_users:\n  prometheus: plain-secret-password\n", "not a bcrypt hash"),
             ("tls_server_config:\n  cert_file: a.crt\n  key_file: a.key\n  cipher: x\n", "unsupported keys: cipher"),
-            ("tls_server_config:\n  cert_file: missing.crt\n  key_file: missing.key\n", "cannot load"),
+            ("tls_server_config:\n  cert_file: missing.crt\n  key_file: missing.key\n",
+             "tls_server_config.cert_file: "),
         ],
         ids=["plain-password", "unknown-key", "missing-key-file"],
     )  # fmt: skip
@@ -200,6 +201,96 @@ class TestCheckConfig:
         assert check_error == run_error and len(check_error) == 1
         assert expected in check_error[0] and str(web) in check_error[0]
         assert "plain-secret-password" not in check_error[0]
+
+    @pytest.mark.parametrize(
+        ("exporter", "expected"),
+        [
+            ('tls_cert_file = "{d}/nope.pem"\ntls_key_file = "{d}/nope.key"\n',
+             "exporter.tls_cert_file: {d}/nope.pem: no such file or directory"),
+            ('tls_cert_file = "{d}/cert.pem"\ntls_key_file = "{d}/nope.key"\n',
+             "exporter.tls_key_file: {d}/nope.key: no such file or directory"),
+        ],
+        ids=["cert-missing", "key-missing"],
+    )  # fmt: skip
+    def test_a_missing_tls_file_is_named_by_its_key(
+        self, tmp_path: Path, tls_files: tuple[Path, Path], exporter: str, expected: str
+    ) -> None:
+        """A missing certificate or key file is one line naming the config file, the key and
+        the file, in words (it said ``tls_server_config: cannot load A / B: [Errno 2] …``)."""
+        cert_file, _ = tls_files
+        (tmp_path / "cert.pem").write_bytes(cert_file.read_bytes())
+        config = tmp_path / "sentinel.toml"
+        config.write_text(
+            "[exporter]\n" + exporter.format(d=tmp_path)
+            + '[[hosts]]\nname = "a"\nlocal = true\n'
+        )  # fmt: skip
+        err = _one_error_line(_run("check-config", str(config)))
+        assert err.strip() == f"vllm-sentinel: {config}: {expected.format(d=tmp_path)}", err
+
+    def test_a_state_directory_run_cannot_write_is_a_warning(self, tmp_path: Path) -> None:
+        """``run`` refuses a state directory it cannot create or write (exit 2); check-config
+        says so as a warning (it may run as another user than the service): it said OK."""
+        blocker = tmp_path / "file"
+        blocker.write_text("")
+        config = tmp_path / "sentinel.toml"
+        config.write_text(
+            f'[defaults]\nstate_directory = "{blocker}/state"\n'
+            '[[hosts]]\nname = "a"\nlocal = true\n'
+        )
+        result = _run("check-config", str(config))
+        assert result.returncode == 0, result.stderr
+        warnings = [
+            line for line in result.stdout.decode().splitlines() if line.startswith("warning:")
+        ]
+        assert warnings == [
+            f"warning: defaults.state_directory: {blocker}/state cannot be created here: "
+            f"{blocker} is not a directory (run refuses to start without a writable one)"
+        ], result.stdout.decode()
+
+    def test_a_directory_is_one_line(self, tmp_path: Path) -> None:
+        """``check-config DIR`` is one line and exit 2, as ``replay DIR`` is (it printed
+        click's three-line usage error)."""
+        err = _one_error_line(_run("check-config", str(tmp_path)))
+        assert err.strip() == f"vllm-sentinel: cannot read {tmp_path}: is a directory", err
+
+    def test_a_missing_file_is_one_line(self, tmp_path: Path) -> None:
+        """The same words as ``replay``'s for a missing file."""
+        missing = tmp_path / "nope.toml"
+        err = _one_error_line(_run("check-config", str(missing)))
+        assert err.strip() == (
+            f"vllm-sentinel: cannot read {missing}: no such file or directory"
+        ), err
+
+
+class TestServeErrors:
+    """An address that cannot be bound: one line naming it, a way out, exit 2."""
+
+    @pytest.mark.parametrize("command", ["run", "demo"])
+    def test_an_address_in_use(self, tmp_path: Path, command: str) -> None:
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+            where = f"127.0.0.1:{taken.getsockname()[1]}"
+            args = [command, "--listen", where]
+            if command == "run":
+                config = tmp_path / "sentinel.toml"
+                config.write_text(
+                    f'[defaults]\nstate_directory = "{tmp_path / "state"}"\n'
+                    f'[[hosts]]\nname = "a"\nlocal = true\ngpu = "none"\n'
+                    f'journalctl_args = ["--directory={tmp_path}"]\n'
+                )
+                args += ["--config", str(config)]
+            result = _run(*args)
+        lines = [
+            line
+            for line in result.stderr.decode().splitlines()
+            if line.startswith("vllm-sentinel:")
+        ]
+        assert result.returncode == 2, result.stderr.decode()
+        assert lines == [
+            f"vllm-sentinel: cannot serve on {where}: address already in use "
+            "(another vllm-sentinel or demo? choose another address with --listen HOST:PORT)"
+        ], result.stderr.decode()
 
 
 PASSWORD = "status-PASSWORD-7c3d-never-in-argv"

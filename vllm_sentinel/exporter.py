@@ -41,8 +41,8 @@ from prometheus_client.openmetrics.exposition import generate_latest as generate
 from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
-from vllm_sentinel.metrics import METRICS, MetricDefinition, MetricType
-from vllm_sentinel.snapshot import Snapshot
+from vllm_sentinel.metrics import METRICS, MetricDefinition, MetricType, Sample
+from vllm_sentinel.snapshot import HostSnapshot, Snapshot
 
 __all__ = [
     "SentinelCollector",
@@ -84,10 +84,12 @@ class _RowFormat:
         self.sample_name = family.name + "_total" if row.type is MetricType.COUNTER else family.name
         text_name = self.sample_name
         text_help = row.help.replace("\\", r"\\").replace("\n", r"\n")
-        self.text_header = f"# HELP {text_name} {text_help}\n# TYPE {text_name} {family.type}\n"
+        self.text_header = (
+            f"# HELP {text_name} {text_help}\n# TYPE {text_name} {family.type}\n".encode()
+        )
         om_help = _escape(row.help)
         self.openmetrics_header = (
-            f"# HELP {family.name} {om_help}\n# TYPE {family.name} {family.type}\n"
+            f"# HELP {family.name} {om_help}\n# TYPE {family.name} {family.type}\n".encode()
         )
         # prometheus_client writes labels sorted by name
         self.order = tuple(sorted(range(len(row.labels)), key=lambda index: row.labels[index]))
@@ -123,6 +125,12 @@ class SentinelCollector(Collector):
         # per row: label values → the series' "name{labels} " (label sets repeat every scrape)
         self._prefixes: tuple[dict[tuple[str, ...], str], ...] = tuple({} for _ in self._metrics)
         self._values: dict[float, str] = {}  # value → its text, but 0.0 and 1.0 (see render)
+        # per row whose samples are per host (host first label, not reading the clock): host
+        # name → (the HostSnapshot rendered, its lines); None for rows rendered whole
+        self._blocks: list[dict[str, tuple[HostSnapshot, bytes]] | None] = [
+            {} if row.labels[:1] == ("host",) and not row.reads_clock else None
+            for row in self._metrics
+        ]
 
     def collect(self) -> Iterator[Metric]:
         """Yield every family with its samples, all read from one snapshot."""
@@ -144,34 +152,72 @@ class SentinelCollector(Collector):
         if sum(map(len, self._prefixes)) > _MAX_PREFIXES:
             for cache in self._prefixes:
                 cache.clear()  # label sets that come and go (crash messages) must not pile up
-        values = self._values
-        if len(values) > _MAX_PREFIXES:
-            values.clear()
-        parts: list[str] = []
+        if len(self._values) > _MAX_PREFIXES:
+            self._values.clear()
+        hosts = snapshot.hosts
+        parts: list[bytes] = []
         append = parts.append
-        copysign = math.copysign
-        for row, form, prefixes in zip(self._metrics, self._formats, self._prefixes, strict=True):
+        for index, (row, form) in enumerate(zip(self._metrics, self._formats, strict=True)):
             append(form.openmetrics_header if openmetrics else form.text_header)
-            for labels, value in row.samples(snapshot):
-                prefix = prefixes.get(labels)
-                if prefix is None:
-                    prefix = prefixes[labels] = self._prefix(form, labels)
-                append(prefix)
-                # floatToGoString, with the one-hot values (most series) short-cut
-                if value == 1.0:
-                    append("1.0\n")
-                elif value == 0.0 and copysign(1.0, value) > 0:
-                    append("0.0\n")
-                else:  # timestamps, bytes: most repeat from scrape to scrape
-                    text = values.get(value)
-                    if text is None:
-                        text = _value_text(value)
-                        if not math.isnan(value):  # NaN is never found again: not kept
-                            values[value] = text
-                    append(text)
+            blocks = self._blocks[index]
+            if blocks is None:  # rendered whole, every scrape
+                lines = self._lines(index, row.samples(snapshot))
+                append("".join(text for _, text in lines).encode("utf-8"))
+                continue
+            kept: dict[str, tuple[HostSnapshot, bytes]] = {}
+            missed = []
+            for host in hosts:
+                block = blocks.get(host.host)
+                if block is not None and block[0] is host:
+                    kept[host.host] = block
+                else:
+                    missed.append(host)
+            if missed:
+                fresh = self._host_lines(index, Snapshot(tuple(missed), snapshot.at))
+                for host in missed:
+                    kept[host.host] = (host, fresh.get(host.host, b""))
+            self._blocks[index] = kept  # hosts that left the snapshot are dropped here
+            for host in hosts:
+                append(kept[host.host][1])
         if openmetrics:
-            append("# EOF\n")
-        return "".join(parts).encode("utf-8")
+            append(b"# EOF\n")
+        return b"".join(parts)
+
+    def _host_lines(self, index: int, snapshot: Snapshot) -> dict[str, bytes]:
+        """A per-host row's lines over ``snapshot``, cut by host (its first label)."""
+        lines: dict[str, bytes] = {}
+        host: str | None = None
+        parts: list[str] = []
+        for labels, text in self._lines(index, self._metrics[index].samples(snapshot)):
+            if labels[0] != host:
+                if host is not None:
+                    lines[host] = "".join(parts).encode("utf-8")
+                host, parts = labels[0], []
+            parts.append(text)
+        if host is not None:
+            lines[host] = "".join(parts).encode("utf-8")
+        return lines
+
+    def _lines(self, index: int, samples: Iterable[Sample]) -> Iterator[tuple[Sequence[str], str]]:
+        """Each sample of row ``index`` with its line: ``name{labels} value``."""
+        form, prefixes, values = self._formats[index], self._prefixes[index], self._values
+        copysign = math.copysign
+        for labels, value in samples:
+            prefix = prefixes.get(labels)
+            if prefix is None:
+                prefix = prefixes[labels] = self._prefix(form, labels)
+            # floatToGoString, with the one-hot values (most series) short-cut
+            if value == 1.0:
+                yield labels, prefix + "1.0\n"
+            elif value == 0.0 and copysign(1.0, value) > 0:
+                yield labels, prefix + "0.0\n"
+            else:  # timestamps, bytes: most repeat from scrape to scrape
+                text = values.get(value)
+                if text is None:
+                    text = _value_text(value)
+                    if not math.isnan(value):  # NaN is never found again: not kept
+                        values[value] = text
+                yield labels, prefix + text
 
     @staticmethod
     def _prefix(form: _RowFormat, labels: Sequence[str]) -> str:

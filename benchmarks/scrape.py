@@ -7,8 +7,9 @@ prometheus_client's encoders over the same registry (``generate_latest``, both f
 two outputs are compared byte for byte. The exporter keeps each host's lines while the Monitor
 republishes the same ``HostSnapshot`` (an idle host): ``render_seconds`` is that steady
 state, ``render_all_hosts_changed_seconds`` a scrape where every host was republished since
-the last one (each a new ``HostSnapshot``: a fleet where every host had news). A real HTTP
-scrape through the daemon's server (the headers Prometheus sends: OpenMetrics, gzip) is timed
+the last one (each a new ``HostSnapshot``: a fleet where every host had news);
+``render_peak_bytes`` the most memory such a render allocates at once (tracemalloc). A real
+HTTP scrape through the daemon's server (the headers Prometheus sends: OpenMetrics, gzip) is timed
 as well.
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import tracemalloc
 import urllib.request
 from datetime import UTC, datetime
 from typing import Any
@@ -86,6 +88,13 @@ def _best_and_median(function: Any, runs: int) -> tuple[float, float, Any]:
     return min(times), median(times), output
 
 
+def _copied_hosts(snapshot: Snapshot) -> Snapshot:
+    """``snapshot`` with every host a new (equal) ``HostSnapshot``, as if each had news."""
+    return dataclasses.replace(
+        snapshot, hosts=tuple(dataclasses.replace(host) for host in snapshot.hosts)
+    )
+
+
 def _every_host_changed(
     changing: list[Snapshot], snapshot: Snapshot, render: Any, runs: int
 ) -> tuple[float, bytes]:
@@ -93,9 +102,7 @@ def _every_host_changed(
     times = []
     output = b""
     for _ in range(runs):
-        changing[0] = dataclasses.replace(
-            snapshot, hosts=tuple(dataclasses.replace(host) for host in snapshot.hosts)
-        )
+        changing[0] = _copied_hosts(snapshot)
         started = time.perf_counter()
         output = render()
         times.append(time.perf_counter() - started)
@@ -126,6 +133,13 @@ def measure_scrape(*, hosts: int, units: int, runs: int) -> dict[str, Any]:
             lambda: generate_openmetrics(registry),
         ),
     ):
+        changing[0] = _copied_hosts(snapshot)
+        tracemalloc.start()
+        fast()
+        render_peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        changing[0] = snapshot
+        fast()
         ours_best, ours_median, ours = _best_and_median(fast, runs)
         _, ref_median, ref = _best_and_median(reference, max(1, min(runs, 3)))
         changed = _every_host_changed(changing, snapshot, fast, runs)
@@ -138,6 +152,7 @@ def measure_scrape(*, hosts: int, units: int, runs: int) -> dict[str, Any]:
             "speedup": ref_median / ours_median,
             "identical_to_prometheus_client": ours == ref and changed[1] == ref,
             "render_all_hosts_changed_seconds": changed[0],
+            "render_peak_bytes": render_peak,
         }
     server = start_http_server("127.0.0.1", 0, make_app(registry, lambda: {}), None)
     try:

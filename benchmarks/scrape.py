@@ -4,13 +4,20 @@ The state is real: a ``Monitor`` whose 1,600 trackers each read one corpus log (
 records of its own invocation), with 8 GPUs per host and both collectors up. Each snapshot is
 rendered by the exporter (``SentinelCollector.render``) and, as the reference, by
 prometheus_client's encoders over the same registry (``generate_latest``, both formats); the
-two outputs are compared byte for byte. A real HTTP scrape through the daemon's server (the
-headers Prometheus sends: OpenMetrics, gzip) is timed as well.
+two outputs are compared byte for byte. The exporter keeps each host's lines while the Monitor
+republishes the same ``HostSnapshot`` (an idle host): ``render_seconds`` is that steady
+state, ``render_all_hosts_changed_seconds`` a scrape where every host was republished since
+the last one (each a new ``HostSnapshot``: a fleet where every host had news);
+``render_peak_bytes`` the most memory such a render allocates at once (tracemalloc). A real
+HTTP scrape through the daemon's server (the headers Prometheus sends: OpenMetrics, gzip) is timed
+as well.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
+import tracemalloc
 import urllib.request
 from datetime import UTC, datetime
 from typing import Any
@@ -24,7 +31,7 @@ from vllm_sentinel.exporter import SentinelCollector, make_registry, render_expo
 from vllm_sentinel.http import make_app, start_http_server
 from vllm_sentinel.journal import JournalBatch
 from vllm_sentinel.monitor import GpuSample, HostPlan, Monitor
-from vllm_sentinel.snapshot import CollectorState, GpuDevice, GpuProcess, GpuReading
+from vllm_sentinel.snapshot import CollectorState, GpuDevice, GpuProcess, GpuReading, Snapshot
 from vllm_sentinel.text_log import TextLogDecoder
 
 __all__ = ["measure_scrape"]
@@ -81,12 +88,36 @@ def _best_and_median(function: Any, runs: int) -> tuple[float, float, Any]:
     return min(times), median(times), output
 
 
+def _copied_hosts(snapshot: Snapshot) -> Snapshot:
+    """``snapshot`` with every host a new (equal) ``HostSnapshot``, as if each had news."""
+    return dataclasses.replace(
+        snapshot, hosts=tuple(dataclasses.replace(host) for host in snapshot.hosts)
+    )
+
+
+def _every_host_changed(
+    changing: list[Snapshot], snapshot: Snapshot, render: Any, runs: int
+) -> tuple[float, bytes]:
+    """Median seconds of ``render`` when every host is a new ``HostSnapshot``; its output."""
+    times = []
+    output = b""
+    for _ in range(runs):
+        changing[0] = _copied_hosts(snapshot)
+        started = time.perf_counter()
+        output = render()
+        times.append(time.perf_counter() - started)
+    changing[0] = snapshot
+    return median(times), output
+
+
 def measure_scrape(*, hosts: int, units: int, runs: int) -> dict[str, Any]:
     """Render the fleet's ``/metrics`` ``runs`` times each way; return the figures."""
     built = time.perf_counter()
     monitor = _fleet_monitor(hosts, units)
     build_seconds = time.perf_counter() - built
-    registry = make_registry(SentinelCollector(lambda: monitor.latest))
+    snapshot = monitor.latest
+    changing = [snapshot]  # what the registry renders: the snapshot, or a copy of every host
+    registry = make_registry(SentinelCollector(lambda: changing[0]))
     result: dict[str, Any] = {
         "hosts": hosts,
         "units": hosts * units,
@@ -102,8 +133,16 @@ def measure_scrape(*, hosts: int, units: int, runs: int) -> dict[str, Any]:
             lambda: generate_openmetrics(registry),
         ),
     ):
+        changing[0] = _copied_hosts(snapshot)
+        tracemalloc.start()
+        fast()
+        render_peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        changing[0] = snapshot
+        fast()
         ours_best, ours_median, ours = _best_and_median(fast, runs)
         _, ref_median, ref = _best_and_median(reference, max(1, min(runs, 3)))
+        changed = _every_host_changed(changing, snapshot, fast, runs)
         result[name] = {
             "series": sum(1 for line in ours.splitlines() if not line.startswith(b"#")),
             "bytes": len(ours),
@@ -111,7 +150,9 @@ def measure_scrape(*, hosts: int, units: int, runs: int) -> dict[str, Any]:
             "render_best_seconds": ours_best,
             "prometheus_client_seconds": ref_median,
             "speedup": ref_median / ours_median,
-            "identical_to_prometheus_client": ours == ref,
+            "identical_to_prometheus_client": ours == ref and changed[1] == ref,
+            "render_all_hosts_changed_seconds": changed[0],
+            "render_peak_bytes": render_peak,
         }
     server = start_http_server("127.0.0.1", 0, make_app(registry, lambda: {}), None)
     try:

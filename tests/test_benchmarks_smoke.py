@@ -60,8 +60,9 @@ def test_quick_mode_writes_a_well_formed_report(tmp_path: Path) -> None:
     assert report["latency"]["markers"] > 0
     assert {"idle", "rate_1000", "rate_10000"} <= set(report["footprint"]["local"])
     assert report["scrape"]["text"]["identical_to_prometheus_client"] is True
+    assert report["scrape"]["text"]["render_all_hosts_changed_seconds"] > 0
     targets = report["targets"]
-    assert len(targets) == 16
+    assert len(targets) == 17
     assert all(set(target) == {"target", "value", "limit", "unit", "met"} for target in targets)
     assert all(math.isfinite(number) for number in _numbers(report) if not math.isnan(number))
     assert b"report:" in result.stdout

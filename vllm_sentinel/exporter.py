@@ -13,8 +13,13 @@ metric). The registry is a fresh ``CollectorRegistry``, never the global ``REGIS
 Scrapes are rendered by ``render_exposition``, which writes the text formats straight from the
 table (byte for byte what prometheus_client's encoders write for these families, checked by
 ``tests/unit/test_exposition.py``) without building a ``Metric``/``Sample`` object per series:
-for 200 hosts × 8 units (~100,000 series) that is ~15× faster. Label sets repeat from scrape to
-scrape, so each series' ``name{labels} `` prefix is rendered once and kept (bounded cache).
+for 200 hosts × 8 units (~100,000 series) that is ~15× faster. The Monitor republishes a host
+that has no news as the same ``HostSnapshot`` object, so each row's lines of each host are kept
+as bytes and reused while that object comes back (rows whose samples read the snapshot's clock,
+``MetricDefinition.reads_clock``, and rows without a ``host`` label are rendered whole every
+scrape; their series' ``name{labels} `` prefixes are kept instead, bounded). Only the hosts that
+changed are rendered again; the output is joined as bytes, never as one large ``str`` (a single
+non-ASCII character, such as a cut label's ``…``, made that 2–4 bytes a character).
 ``make_metrics_app`` serves it, and falls back to prometheus_client's own WSGI app for every
 request it does not handle itself (``name[]`` filters, other escapings and methods).
 """
@@ -24,6 +29,7 @@ from __future__ import annotations
 import gzip
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from operator import itemgetter
 from types import MappingProxyType
 from urllib.parse import parse_qs
 from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
@@ -41,8 +47,8 @@ from prometheus_client.openmetrics.exposition import generate_latest as generate
 from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
-from vllm_sentinel.metrics import METRICS, MetricDefinition, MetricType
-from vllm_sentinel.snapshot import Snapshot
+from vllm_sentinel.metrics import METRICS, MetricDefinition, MetricType, Sample
+from vllm_sentinel.snapshot import HostSnapshot, Snapshot
 
 __all__ = [
     "SentinelCollector",
@@ -77,21 +83,32 @@ def _family(row: MetricDefinition) -> GaugeMetricFamily | CounterMetricFamily:
 class _RowFormat:
     """How one table row is written: its sample name, headers and label order."""
 
-    __slots__ = ("label_names", "openmetrics_header", "order", "sample_name", "text_header")
+    __slots__ = ("openmetrics_header", "ordered", "sample_name", "template", "text_header")
 
     def __init__(self, row: MetricDefinition) -> None:
         family = _family(row)  # prometheus_client's own naming (counters: _total trimmed)
         self.sample_name = family.name + "_total" if row.type is MetricType.COUNTER else family.name
         text_name = self.sample_name
         text_help = row.help.replace("\\", r"\\").replace("\n", r"\n")
-        self.text_header = f"# HELP {text_name} {text_help}\n# TYPE {text_name} {family.type}\n"
+        self.text_header = (
+            f"# HELP {text_name} {text_help}\n# TYPE {text_name} {family.type}\n".encode()
+        )
         om_help = _escape(row.help)
         self.openmetrics_header = (
-            f"# HELP {family.name} {om_help}\n# TYPE {family.name} {family.type}\n"
+            f"# HELP {family.name} {om_help}\n# TYPE {family.name} {family.type}\n".encode()
         )
-        # prometheus_client writes labels sorted by name
-        self.order = tuple(sorted(range(len(row.labels)), key=lambda index: row.labels[index]))
-        self.label_names = row.labels
+        # prometheus_client writes labels sorted by name; ``template % label_values`` (in the
+        # row's order, escaped) is a series' "name{labels} "
+        order = sorted(range(len(row.labels)), key=lambda index: row.labels[index])
+        inner = ",".join(f'{row.labels[index]}="%s"' for index in order)
+        self.template = f"{self.sample_name}{{{inner}}} " if row.labels else self.sample_name + " "
+        self.ordered: Callable[[Sequence[str]], object] = (
+            itemgetter(*order) if order else _no_labels
+        )
+
+
+def _no_labels(labels: Sequence[str]) -> tuple[()]:
+    return ()
 
 
 def _escape(value: str) -> str:
@@ -123,6 +140,13 @@ class SentinelCollector(Collector):
         # per row: label values → the series' "name{labels} " (label sets repeat every scrape)
         self._prefixes: tuple[dict[tuple[str, ...], str], ...] = tuple({} for _ in self._metrics)
         self._values: dict[float, str] = {}  # value → its text, but 0.0 and 1.0 (see render)
+        self._escaped: set[str] = set()  # label values seen that need no escaping
+        # per row whose samples are per host (host first label, not reading the clock): host
+        # name → (the HostSnapshot rendered, its lines); None for rows rendered whole
+        self._blocks: list[dict[str, tuple[HostSnapshot, bytes]] | None] = [
+            {} if row.labels[:1] == ("host",) and not row.reads_clock else None
+            for row in self._metrics
+        ]
 
     def collect(self) -> Iterator[Metric]:
         """Yield every family with its samples, all read from one snapshot."""
@@ -144,42 +168,96 @@ class SentinelCollector(Collector):
         if sum(map(len, self._prefixes)) > _MAX_PREFIXES:
             for cache in self._prefixes:
                 cache.clear()  # label sets that come and go (crash messages) must not pile up
-        values = self._values
-        if len(values) > _MAX_PREFIXES:
-            values.clear()
-        parts: list[str] = []
+        if len(self._values) > _MAX_PREFIXES:
+            self._values.clear()
+        if len(self._escaped) >= _MAX_PREFIXES:
+            self._escaped.clear()
+        hosts = snapshot.hosts
+        parts: list[bytes] = []
         append = parts.append
-        copysign = math.copysign
-        for row, form, prefixes in zip(self._metrics, self._formats, self._prefixes, strict=True):
+        for index, (row, form) in enumerate(zip(self._metrics, self._formats, strict=True)):
             append(form.openmetrics_header if openmetrics else form.text_header)
-            for labels, value in row.samples(snapshot):
-                prefix = prefixes.get(labels)
-                if prefix is None:
-                    prefix = prefixes[labels] = self._prefix(form, labels)
-                append(prefix)
-                # floatToGoString, with the one-hot values (most series) short-cut
-                if value == 1.0:
-                    append("1.0\n")
-                elif value == 0.0 and copysign(1.0, value) > 0:
-                    append("0.0\n")
-                else:  # timestamps, bytes: most repeat from scrape to scrape
-                    text = values.get(value)
-                    if text is None:
-                        text = _value_text(value)
-                        if not math.isnan(value):  # NaN is never found again: not kept
-                            values[value] = text
-                    append(text)
+            blocks = self._blocks[index]
+            if blocks is None:  # rendered whole, every scrape
+                lines = self._lines(index, row.samples(snapshot))
+                append("".join(text for _, text in lines).encode("utf-8"))
+                continue
+            kept: dict[str, tuple[HostSnapshot, bytes]] = {}
+            missed = []
+            for host in hosts:
+                block = blocks.get(host.host)
+                if block is not None and block[0] is host:
+                    kept[host.host] = block
+                else:
+                    missed.append(host)
+            if missed:
+                fresh = self._host_lines(index, Snapshot(tuple(missed), snapshot.at))
+                for host in missed:
+                    kept[host.host] = (host, fresh.get(host.host, b""))
+            self._blocks[index] = kept  # hosts that left the snapshot are dropped here
+            for host in hosts:
+                append(kept[host.host][1])
         if openmetrics:
-            append("# EOF\n")
-        return "".join(parts).encode("utf-8")
+            append(b"# EOF\n")
+        return b"".join(parts)
 
-    @staticmethod
-    def _prefix(form: _RowFormat, labels: Sequence[str]) -> str:
-        if not labels:
-            return form.sample_name + " "
-        names = form.label_names
-        inner = ",".join(f'{names[i]}="{_escape(labels[i])}"' for i in form.order)
-        return f"{form.sample_name}{{{inner}}} "
+    def _host_lines(self, index: int, snapshot: Snapshot) -> dict[str, bytes]:
+        """A per-host row's lines over ``snapshot``, cut by host (its first label)."""
+        lines: dict[str, bytes] = {}
+        host: str | None = None
+        parts: list[str] = []
+        for labels, text in self._lines(index, self._metrics[index].samples(snapshot)):
+            if labels[0] != host:
+                if host is not None:
+                    lines[host] = "".join(parts).encode("utf-8")
+                host, parts = labels[0], []
+            parts.append(text)
+        if host is not None:
+            lines[host] = "".join(parts).encode("utf-8")
+        return lines
+
+    def _lines(self, index: int, samples: Iterable[Sample]) -> Iterator[tuple[Sequence[str], str]]:
+        """Each sample of row ``index`` with its line: ``name{labels} value``.
+
+        Rows rendered whole keep each series' prefix (``name{labels} ``) between scrapes; the
+        per-host rows keep whole hosts' lines instead, so their prefixes are formatted when a
+        host changed (a prefix cache for ~100,000 series held ~25 MB).
+        """
+        form, values = self._formats[index], self._values
+        prefixes = self._prefixes[index] if self._blocks[index] is None else None
+        template, ordered, escaped = form.template, form.ordered, self._escaped
+        copysign = math.copysign
+        for labels, value in samples:
+            if prefixes is None:
+                if escaped.issuperset(labels):
+                    prefix = template % ordered(labels)
+                else:
+                    prefix = template % ordered(self._escape_all(labels))
+            else:
+                known = prefixes.get(labels)
+                if known is None:
+                    known = prefixes[labels] = template % ordered(self._escape_all(labels))
+                prefix = known
+            # floatToGoString, with the one-hot values (most series) short-cut
+            if value == 1.0:
+                yield labels, prefix + "1.0\n"
+            elif value == 0.0 and copysign(1.0, value) > 0:
+                yield labels, prefix + "0.0\n"
+            else:  # timestamps, bytes: most repeat from scrape to scrape
+                text = values.get(value)
+                if text is None:
+                    text = _value_text(value)
+                    if not math.isnan(value):  # NaN is never found again: not kept
+                        values[value] = text
+                yield labels, prefix + text
+
+    def _escape_all(self, labels: Sequence[str]) -> tuple[str, ...]:
+        """``labels`` escaped; those that need no escaping are remembered (bounded set)."""
+        escaped = tuple(map(_escape, labels))
+        if len(self._escaped) < _MAX_PREFIXES:
+            kept = (value for value, done in zip(labels, escaped, strict=True) if value == done)
+            self._escaped.update(kept)
+        return escaped
 
 
 class SentinelRegistry(CollectorRegistry):

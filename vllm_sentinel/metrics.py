@@ -74,6 +74,11 @@ class MetricDefinition:
         help: one sentence ending with a period.
         labels: label names, ``host`` and ``unit`` first where they apply.
         samples: snapshot → ``(label values, value)`` for every series.
+        reads_clock: the samples depend on ``snapshot.at`` (now), not only on the hosts'
+            snapshots. A row with ``host`` as its first label and ``reads_clock`` false yields,
+            host after host in ``snapshot.hosts`` order, samples that depend on that host's
+            ``HostSnapshot`` alone: the exporter keeps each host's rendered lines while the
+            Monitor republishes the same ``HostSnapshot`` object.
     """
 
     name: str
@@ -81,6 +86,7 @@ class MetricDefinition:
     help: str
     labels: tuple[str, ...]
     samples: Callable[[Snapshot], Iterable[Sample]]
+    reads_clock: bool = False
 
 
 _ELLIPSIS = "…"
@@ -112,7 +118,7 @@ def bound_label(value: str | None, limit: int = LABEL_VALUE_LIMIT) -> str:
 
 _PHASE_VALUES = tuple((phase, phase.value) for phase in PHASE_ORDER)
 # pending is what last_crash_info says before a crash settles; it is never counted
-_CAUSE_VALUES = tuple((c, c.value) for c in CrashCause if c is not CrashCause.PENDING)
+_CAUSE_NAMES = tuple(c.value for c in CrashCause if c is not CrashCause.PENDING)
 _SKIP_REASONS = frozenset(SKIP_REASONS) | {HISTORY_SKIP_REASON}
 _STARTUP_VALUES = tuple((phase, phase.value) for phase in STARTUP_PHASES)
 
@@ -200,8 +206,14 @@ def _unit_starts(snapshot: Snapshot) -> Iterator[Sample]:
 def _unit_crashes(snapshot: Snapshot) -> Iterator[Sample]:
     for host, name, counts in _counters(snapshot):
         crashes = counts.crashes if isinstance(counts, UnitCounters) else counts.crashes_total
-        for cause, value in _CAUSE_VALUES:
-            yield (host, name, value), float(crashes.get(cause, 0))
+        if not crashes:
+            for value in _CAUSE_NAMES:
+                yield (host, name, value), 0.0
+            continue
+        # by the cause's string: hashing the enum member is a Python call per lookup
+        counted = {cause.value: float(n) for cause, n in crashes.items()}
+        for value in _CAUSE_NAMES:
+            yield (host, name, value), counted.get(value, 0.0)
 
 
 def _unit_last_crash_info(snapshot: Snapshot) -> Iterator[Sample]:
@@ -444,6 +456,7 @@ METRICS: tuple[MetricDefinition, ...] = (
         "Seconds the current incarnation has spent in its current phase, at snapshot time.",
         _HU,
         _unit_phase_seconds,
+        reads_clock=True,
     ),
     MetricDefinition(
         "vllm_sentinel_unit_phase_entered_timestamp_seconds",

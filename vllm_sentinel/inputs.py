@@ -25,6 +25,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, BinaryIO
 
+from vllm_sentinel.line_buffer import NUL_GAP
+
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
 
@@ -45,6 +47,8 @@ __all__ = [
 
 CHUNK_BYTES = 1 << 20
 _SNIFF_BYTES = 64 * 1024
+_MAX_SNIFF_BYTES = 16 << 20  # read past a leading gap of NUL bytes up to this much
+
 _MAGIC_BYTES = 8
 _ZSTD_SLICE = 4096  # compressed bytes per zstd call: bounds one call's output (RLE blocks)
 # Bytes that never occur in text: C0 controls except TAB LF VT FF CR ESC (ANSI), and DEL.
@@ -264,8 +268,10 @@ def is_binary(sample: bytes) -> bool:
     Text may hold a few odd bytes (NUL from a crashed writer, a journald blob, ANSI colour,
     tqdm's ``\\r``, Latin-1 letters); binary data holds many: more than 10 % control bytes
     (an executable's NUL padding), or more than 25 % bytes that are not valid UTF-8 (an image,
-    compressed data).
+    compressed data). Runs of ``NUL_GAP`` (8 or more NUL bytes: the gap a file truncated under
+    a running writer keeps) are left out of the count; a sample of nothing else is text.
     """
+    sample = NUL_GAP.sub(b"", sample)  # a truncated file's gap is not binary data
     if not sample:
         return False
     controls = len(sample.translate(None, _TEXT_BYTES))
@@ -285,7 +291,9 @@ def _text_chunks(
     first = b""
     for chunk in chunks:
         first += chunk
-        if len(first) >= _SNIFF_BYTES:
+        if len(first) >= _SNIFF_BYTES and (
+            len(first) >= _MAX_SNIFF_BYTES or len(NUL_GAP.sub(b"", first)) >= _SNIFF_BYTES
+        ):  # a gap of NUL bytes at the start: sniff the text after it
             break
     if not first:
         return
@@ -299,7 +307,7 @@ def _text_chunks(
     for magic, meaning in FOREIGN_FORMATS:
         if sample.startswith(magic):
             raise NotALogError(name, f"not a log ({meaning})")
-    if is_binary(sample[:_SNIFF_BYTES]):
+    if is_binary(NUL_GAP.sub(b"", sample)[:_SNIFF_BYTES]):
         raise NotALogError(name, f"not a log ({what}binary data)")
     yield first
     yield from chunks

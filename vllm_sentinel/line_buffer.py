@@ -10,7 +10,48 @@ whole line is dropped, and each such line is counted once in ``overflows``.
 
 from __future__ import annotations
 
-__all__ = ["LineBuffer"]
+import re
+from collections.abc import Iterable, Iterator
+
+__all__ = ["NUL_GAP", "LineBuffer", "NulGaps"]
+
+# A run of NUL bytes: the gap left in a file truncated while its writer kept writing at its old
+# offset (logrotate's copytruncate; a second `cmd > file` over a running server's log: the
+# filesystem fills the hole with zeros). Text never holds such a run; an isolated NUL (a crashed
+# writer's partial line, UTF-16 without its byte-order mark) is not one.
+NUL_GAP = re.compile(rb"\x00{8,}")
+
+
+class NulGaps:
+    """Read each ``NUL_GAP`` run in a byte stream as one line break, and count them.
+
+    ``bytes_total`` and ``runs`` count exactly, whatever the chunking: a run split across
+    chunks is held back until it ends (it counts once).
+    """
+
+    def __init__(self) -> None:
+        self.bytes_total = 0
+        self.runs = 0
+
+    def close(self, chunks: Iterable[bytes]) -> Iterator[bytes]:
+        """``chunks`` with every gap replaced by ``b"\\n"``."""
+        held = b""
+        for piece in chunks:
+            chunk = held + piece if held else piece
+            held = b""
+            if b"\x00" not in chunk:
+                yield chunk
+                continue
+            stripped = chunk.rstrip(b"\x00")
+            held = chunk[len(stripped) :]
+            yield NUL_GAP.sub(self._count, stripped)
+        if held:
+            yield NUL_GAP.sub(self._count, held) if len(held) >= 8 else held
+
+    def _count(self, match: re.Match[bytes]) -> bytes:
+        self.bytes_total += match.end() - match.start()
+        self.runs += 1
+        return b"\n"
 
 
 class LineBuffer:

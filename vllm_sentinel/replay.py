@@ -25,6 +25,7 @@ from vllm_sentinel.eta import (
     usual_phase_seconds,
 )
 from vllm_sentinel.journal_json import JournalJsonDecoder
+from vllm_sentinel.line_buffer import NulGaps
 from vllm_sentinel.markers import MarkerMatcher
 from vllm_sentinel.phases import Outcome
 from vllm_sentinel.snapshot import StartupRecord, UnitSnapshot
@@ -169,12 +170,13 @@ def replay(
     skipped: Counter[str] = Counter()
     repaired: Counter[str] = Counter()
     lines = 0
+    gaps = NulGaps()
     for index, chunks in enumerate(inputs):
         decoder: JournalJsonDecoder | TextLogDecoder | None = None
         input_unit = text_unit
         if unit is None and names is not None and len(names) > 1:
             input_unit = names[index]
-        for chunk in _as_utf8(chunks):
+        for chunk in gaps.close(_as_utf8(chunks)):
             if decoder is None:
                 chosen = (
                     input_format if input_format is not InputFormat.AUTO else detect_format(chunk)
@@ -194,6 +196,12 @@ def replay(
         lines += decoder.lines_total
     units = []
     warnings: list[str] = []
+    if gaps.runs:
+        warnings.append(
+            f"{gaps.bytes_total:,} NUL bytes in {gaps.runs} run{'s' if gaps.runs > 1 else ''} "
+            "were read as a gap in the text (a file truncated while its writer kept writing, "
+            "e.g. logrotate's copytruncate)"
+        )
     for tracker in trackers:
         tracker.finish()
         if not tracker.recognized_lines:

@@ -257,6 +257,40 @@ class TestNotALog:
         assert result.returncode == 0, result.stderr.decode()
         assert VERDICT in result.stdout.decode()
 
+    @pytest.mark.parametrize(
+        ("where", "gap"),
+        [("start", 200_000), ("middle", 125_000), ("mid-line", 70_000)],
+    )
+    def test_a_gap_of_nul_bytes_is_a_gap_not_binary(
+        self, tmp_path: Path, plain: bytes, where: str, gap: int
+    ) -> None:
+        """A file truncated while its writer kept writing at its old offset (logrotate's
+        ``copytruncate``, a second ``cmd > file`` over a running server's log) holds a run of
+        NUL bytes, often most of its bytes: the text around the run replays as if the run were
+        a line break, with one warning (it was refused as binary data, and a run before a line
+        glued to it hid that line)."""
+        lines = LOG.read_bytes().split(b"\n")
+        at = {"start": 0, "middle": len(lines) // 2, "mid-line": len(lines) // 2}[where]
+        if where == "mid-line":  # the writer was cut inside a line: that line's head is lost
+            lines[at] = lines[at][:20] + b"\x00" * gap
+            data = b"\n".join(lines)
+        else:
+            data = b"\n".join(lines[:at]) + (b"\n" if at else b"") + b"\x00" * gap
+            data += b"\n".join(lines[at:])
+        path = tmp_path / "truncated.log"
+        path.write_bytes(data)
+        result = _replay(str(path))
+        assert result.returncode == 0, result.stderr.decode()
+        if where != "mid-line":
+            assert result.stdout == plain
+        else:
+            assert VERDICT in result.stdout.decode()
+        assert result.stderr.decode() == (
+            f"vllm-sentinel: warning: {gap:,} NUL bytes in 1 run were read as a gap in the "
+            "text (a file truncated while its writer kept writing, e.g. logrotate's "
+            "copytruncate)\n"
+        )
+
     def test_utf16_and_byte_order_marks(self, tmp_path: Path, plain: bytes) -> None:
         """UTF-16 (PowerShell's ``Out-File``) and a UTF-8 byte-order mark read as the text."""
         text = LOG.read_text(encoding="utf-8")

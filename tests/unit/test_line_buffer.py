@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from vllm_sentinel.line_buffer import LineBuffer
+import pytest
+
+from vllm_sentinel.line_buffer import LineBuffer, NulGaps
 
 
 def _lines(buffer: LineBuffer, chunks: list[bytes]) -> list[bytes]:
@@ -47,3 +49,23 @@ class TestLineBuffer:
         for _ in range(100):
             buffer.push(b"y" * 65536)
             assert buffer.pending_bytes <= 1024
+
+
+class TestNulGaps:
+    """A run of 8+ NUL bytes (a truncated file's gap) is one line break, counted exactly."""
+
+    DATA = b"INFO one\n" + b"\x00" * 100 + b"INFO two\nx\x00y\x00\x00z\n" + b"\x00" * 9
+
+    @pytest.mark.parametrize("size", [1, 3, 7, 8, 50, 1000])
+    def test_any_chunking_gives_the_same_text_and_counts(self, size: int) -> None:
+        """Chunks of any size: a run split across chunks is one run; short NUL runs stay."""
+        gaps = NulGaps()
+        chunks = [self.DATA[i : i + size] for i in range(0, len(self.DATA), size)]
+        text = b"".join(gaps.close(chunks))
+        assert text == b"INFO one\n\nINFO two\nx\x00y\x00\x00z\n\n"
+        assert (gaps.runs, gaps.bytes_total) == (2, 109)
+
+    def test_short_trailing_nuls_are_kept(self) -> None:
+        gaps = NulGaps()
+        assert b"".join(gaps.close([b"a\x00\x00", b"\x00"])) == b"a\x00\x00\x00"
+        assert gaps.runs == 0

@@ -298,7 +298,7 @@ class HealthProber:
                 continue
             self._next_due[unit.unit] = now + settings.interval_seconds
             self._in_flight[unit.unit] = asyncio.create_task(
-                self._probe(unit.unit, key, target, settings, emit),
+                self._probe(unit.unit, key, target, settings, emit, self._clock()),
                 name=f"probe-{self.host}-{unit.unit}",
             )
             started += 1
@@ -311,8 +311,9 @@ class HealthProber:
         target: ProbeTarget,
         settings: ProbeSettings,
         emit: Callable[[HealthProbeResult], Awaitable[None]],
+        at: datetime,
     ) -> None:
-        at = self._clock()
+        """Probe once; ``at`` is when the probe was started (due), not when its task ran."""
         wants_models = settings.served_models and self._models_known.get(unit) != key
         outcome, error, status, duration, models = await probe_once(
             self._transport, target, settings.timeout_seconds, served_models=wants_models

@@ -99,12 +99,15 @@ class HintContext:
             the incarnation used, when it started
             (``UnitSnapshot.gpu_memory_held_by_others_at_start``).
         gpu_total_bytes: each GPU's memory, by index (``HostSnapshot.gpus``).
+        recovered: the crashes after which a later incarnation of the same model became ready
+            (the unit's incarnations as known: the daemon's last few, all of a replay's input).
     """
 
     unit: str | None = None
     gpu_processes: tuple[GpuProcessUsage, ...] = ()
     held_by_others_at_start: Mapping[str, Mapping[int, int]] = field(default_factory=dict)
     gpu_total_bytes: Mapping[int, int] = field(default_factory=dict)
+    recovered: frozenset[CrashInfo] = frozenset()
 
 
 def hint_context(
@@ -113,12 +116,25 @@ def hint_context(
     gpus: Sequence[GpuDevice] = (),
 ) -> HintContext:
     """What the hints of ``unit``'s crashes may use beyond the log: its host's GPU processes
-    and devices, and the memory others held on its GPUs when each incarnation started."""
+    and devices, the memory others held on its GPUs when each incarnation started, and which
+    crashes a later start of the same model recovered from (it became ready)."""
+    incarnations = unit.incarnations
+    recovered = frozenset(
+        item.crash
+        for index, item in enumerate(incarnations)
+        if item.crash is not None
+        and item.model is not None
+        and any(
+            later.model == item.model and later.furthest_phase is Phase.READY
+            for later in incarnations[index + 1 :]
+        )
+    )
     return HintContext(
         unit.unit,
         tuple(gpu_processes),
         unit.gpu_memory_held_by_others_at_start,
         {gpu.index: gpu.memory_total_bytes for gpu in gpus},
+        recovered,
     )
 
 
@@ -142,12 +158,15 @@ class Condition:
         holds: reads the crash (its exception and message) and the daemon's context.
         source: where the evidence comes from.
         example: a message it holds for (tests check it).
+        example_context: the context it holds in for a crash of that message (``None``: the
+            message alone is evidence).
     """
 
     name: str
     holds: Callable[[CrashInfo, HintContext | None], bool]
     source: str
     example: str
+    example_context: Callable[[CrashInfo], HintContext] | None = None
 
 
 _Fields = Mapping[str, str]
@@ -221,6 +240,24 @@ CAUSE_HINTS: tuple[CauseHint, ...] = (
         frozenset({Phase.STARTING, Phase.INITIALIZING, Phase.LOADING_WEIGHTS}),
     ),
     CauseHint("cuda_oom", "The device ran out of memory. " + _MEMORY_BUDGET),
+    CauseHint(
+        "kv_cache_insufficient",
+        "Other processes held memory on the GPU when this incarnation started, so the KV cache "
+        "got only what they left: do not shrink `--max-model-len` for it. Find them with "
+        "`nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv` "
+        "(`ps -o unit= -p PID` names its unit), stop them and restart this unit; give units "
+        "disjoint `CUDA_VISIBLE_DEVICES`.",
+        when="gpu_memory_held_by_others",
+    ),
+    CauseHint(
+        "kv_cache_insufficient",
+        "A later start with the same model became ready: the shortage was transient (memory "
+        "held by another process?), so do not shrink `--max-model-len` for it. Find what held "
+        "the GPU then (another unit starting at the same time, an incarnation still exiting: "
+        "`nvidia-smi`, their journals), and order the units' starts (`After=`) or give them "
+        "disjoint `CUDA_VISIBLE_DEVICES`.",
+        when="later_start_ready",
+    ),
     CauseHint(
         "kv_cache_insufficient",
         "The weights fit but the KV cache for one max-length sequence does not: lower "
@@ -403,9 +440,23 @@ CONDITIONS: Mapping[str, Condition] = MappingProxyType(
             "79.22 GiB of which 2.06 MiB is free. Process 3888866 has 71.11 GiB memory in use. "
             "Including non-PyTorch memory, this process has 8.08 GiB memory in use.",
         ),
+        "later_start_ready": Condition(
+            "later_start_ready",
+            lambda crash, context: context is not None and crash in context.recovered,
+            "the unit's incarnations (``hint_context``): a later one of the same model reached "
+            "ready (the daemon's last few incarnations; a replay's whole input)",
+            "ValueError: To serve at least one request with the models's max seq len (16384), "
+            "(3.0 GiB KV cache is needed, which is larger than the available KV cache memory "
+            "(1.87 GiB).",
+            example_context=lambda crash: HintContext(recovered=frozenset({crash})),
+        ),
     }
 )
-"""The evidence ``CauseHint.when`` may name, by name."""
+"""The evidence ``CauseHint.when`` may name, by name.
+
+A ``CauseHint`` row whose condition holds outranks the ``MESSAGE_HINTS`` rows that give a fix
+of their own (``with_cause_hint`` false): the message's fix assumes the GPU was the unit's own
+(lower `--max-model-len` to what fitted), the evidence says it was not."""
 
 
 # --------------------------------------------------------------------------- context fields
@@ -1027,9 +1078,9 @@ def runbook_anchor(cause: str) -> str:
     return f"{RUNBOOK_PATH}#{cause}"
 
 
-def _cause_text(crash: CrashInfo, context: HintContext | None) -> str:
+def _cause_row(crash: CrashInfo, context: HintContext | None) -> CauseHint:
     """The first row of the crash's cause whose condition and phases fit (``unknown``'s
-    default for a cause without rows), its fields filled."""
+    default for a cause without rows)."""
     cause = crash.cause.value
     rows = [row for row in CAUSE_HINTS if row.cause == cause] or [
         row for row in CAUSE_HINTS if row.cause == "unknown" and not row.phases and not row.when
@@ -1039,8 +1090,13 @@ def _cause_text(crash: CrashInfo, context: HintContext | None) -> str:
             continue
         if row.when and not CONDITIONS[row.when].holds(crash, context):
             continue
-        return row.text.format_map(_context_fields(crash, context))
-    return ""  # unreachable: every cause has a default row (tests check)
+        return row
+    return rows[-1]  # unreachable: every cause has a default row (tests check)
+
+
+def _cause_text(crash: CrashInfo, context: HintContext | None) -> str:
+    """The text of ``_cause_row``, its fields filled."""
+    return _cause_row(crash, context).text.format_map(_context_fields(crash, context))
 
 
 def _bounded(value: str | None) -> str:
@@ -1090,8 +1146,9 @@ def hint_for(crash: CrashInfo, context: HintContext | None = None) -> Hint:
     """
     cause = crash.cause.value
     text = f"{crash.exception}: {crash.message}" if crash.exception else crash.message
+    evidence = bool(_cause_row(crash, context).when)  # a condition held: it outranks
     for row, pattern in zip(MESSAGE_HINTS, _COMPILED, strict=True):
-        if cause not in row.causes:
+        if cause not in row.causes or (evidence and not row.with_cause_hint):
             continue
         found = pattern.search(text)
         if found is None:
@@ -1107,7 +1164,7 @@ def hint_for(crash: CrashInfo, context: HintContext | None = None) -> Hint:
             hint += _holders(context)
         return Hint(hint, cause, row.name, runbook_anchor(cause))
     hint = _cause_text(crash, context)
-    if cause in ("gpu_memory_in_use", "cuda_oom"):
+    if cause in ("gpu_memory_in_use", "cuda_oom") or evidence:
         hint += _holders(context)
     return Hint(hint, cause, f"cause:{cause}", runbook_anchor(cause))
 

@@ -498,6 +498,7 @@ def render_text(
         out.append(f"unit {unit.unit}{where}: {len(unit.incarnations)} incarnation(s)")
         comparisons = startup_comparisons(unit.incarnations)
         pairs = zip(unit.incarnations, comparisons, strict=True)
+        context = hint_context(unit)  # its unit, and the crashes a later start recovered from
         for number, (item, comparison) in enumerate(pairs, 1):
             usual = (
                 {row.phase: row.usual_seconds for row in comparison.phases}
@@ -546,7 +547,7 @@ def render_text(
             if eta is not None:
                 out.append(eta)
             if item.crash is not None:
-                hint = hint_for(item.crash, HintContext(unit.unit))
+                hint = hint_for(item.crash, context)
                 out += _wrapped(f"hint: {hint.text} (see {hint.runbook})", width)
         out.append("")
     return "\n".join(out).rstrip() + "\n" if out else "no vLLM records found\n"

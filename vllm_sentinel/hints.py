@@ -44,6 +44,7 @@ __all__ = [
     "MODULE_PACKAGES",
     "RUNBOOK_PATH",
     "RUNBOOK_URL",
+    "UNIT_PLACEHOLDER",
     "BenignNote",
     "CauseHint",
     "Condition",
@@ -101,6 +102,8 @@ class HintContext:
         gpu_total_bytes: each GPU's memory, by index (``HostSnapshot.gpus``).
         recovered: the crashes after which a later incarnation of the same model became ready
             (the unit's incarnations as known: the daemon's last few, all of a replay's input).
+        local_times: the crash times are plain text's as printed (the host's local time, the
+            year assumed): the journalctl window is given without ``UTC``.
     """
 
     unit: str | None = None
@@ -108,6 +111,7 @@ class HintContext:
     held_by_others_at_start: Mapping[str, Mapping[int, int]] = field(default_factory=dict)
     gpu_total_bytes: Mapping[int, int] = field(default_factory=dict)
     recovered: frozenset[CrashInfo] = frozenset()
+    local_times: bool = False
 
 
 def hint_context(
@@ -130,11 +134,12 @@ def hint_context(
         )
     )
     return HintContext(
-        unit.unit,
+        unit.unit if unit.unit_name_known else None,
         tuple(gpu_processes),
         unit.gpu_memory_held_by_others_at_start,
         {gpu.index: gpu.memory_total_bytes for gpu in gpus},
         recovered,
+        unit.log_times_local,
     )
 
 
@@ -465,6 +470,10 @@ _INVOCATION_ID = re.compile(r"[0-9A-Za-z-]{1,64}")
 _WINDOW_BEFORE = timedelta(minutes=10)  # the journal read before a crash of unknown start
 _WINDOW_AFTER = timedelta(minutes=1)
 _JOURNAL_TIME = "%Y-%m-%d %H:%M:%S UTC"  # systemd.time(7) with an explicit zone
+_LOCAL_TIME = "%Y-%m-%d %H:%M:%S"  # systemd.time(7) without a zone: journalctl's local time
+UNIT_PLACEHOLDER = "<unit>"
+"""``{unit}`` of a crash whose unit name nobody gave (plain text naming no unit): the operator
+fills it."""
 
 GENERIC_FIELDS: Mapping[str, str] = MappingProxyType(
     {
@@ -478,21 +487,30 @@ GENERIC_FIELDS: Mapping[str, str] = MappingProxyType(
 def _context_fields(crash: CrashInfo, context: HintContext | None) -> dict[str, str]:
     """``{unit}`` and ``{journal_command}`` for one crash: the journalctl command that prints
     exactly the dead incarnation's lines (its invocation id), else the unit's lines in a
-    window before the crash."""
-    unit = _bounded(context.unit) if context is not None and context.unit else "UNIT"
+    window before the crash: in UTC for the journal's times, else (plain text: the host's
+    local time as journalctl printed it, the year assumed) without a zone, so that journalctl
+    reads it as local time too. ``{unit}`` is ``UNIT_PLACEHOLDER`` when nobody named the unit.
+    """
+    unit = _bounded(context.unit) if context is not None and context.unit else UNIT_PLACEHOLDER
+    local = context is not None and context.local_times
     ident = crash.invocation_id
     if ident and _INVOCATION_ID.fullmatch(ident):
         command = f"`journalctl _SYSTEMD_INVOCATION_ID={ident} -o cat`"
     else:
         command = f"`journalctl --unit {unit} -o cat`"
         if crash.at is not None:
+            form = _LOCAL_TIME if local else _JOURNAL_TIME
             try:
-                since = (crash.at - _WINDOW_BEFORE).strftime(_JOURNAL_TIME)
-                until = (crash.at + _WINDOW_AFTER).strftime(_JOURNAL_TIME)
+                since = (crash.at - _WINDOW_BEFORE).strftime(form)
+                until = (crash.at + _WINDOW_AFTER).strftime(form)
             except OverflowError:  # a log time at the end of the calendar: no window
                 pass
             else:
                 command = f"`journalctl --unit {unit} --since '{since}' --until '{until}' -o cat`"
+                if local:
+                    command += (
+                        f"; local time, as the log printed it; the year {crash.at.year} is assumed"
+                    )
     return {"unit": unit, "journal_command": command}
 
 

@@ -4,8 +4,10 @@ message, GPU context names the other processes, benign lines say why they were d
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -511,3 +513,71 @@ def test_unknown_hint_at_the_end_of_the_calendar_has_no_window() -> None:
     late = CrashInfo(C.UNKNOWN, "", "", Phase.STARTING, datetime.max.replace(tzinfo=UTC))
     hint = hint_for(late, HintContext("vllm.service"))
     assert "`journalctl --unit vllm.service -o cat`" in hint.text
+
+
+class TestWhatTheInputTold:
+    """A hint's command says only what the input told: the unit's name when systemd's lines or
+    the journal gave it (else a placeholder to fill), UTC only for the journal's real times."""
+
+    UNKNOWN_CRASH = (
+        "Jan 28 10:30:07 host1 vllm[4242]: INFO 01-28 10:30:07 [api_server.py:1043] vLLM API "
+        "server version 0.17.0",
+        "Jan 28 10:30:09 host1 vllm[4242]: ERROR 01-28 10:30:09 [core.py:1] EngineCore failed to "
+        "start.",
+        "Jan 28 10:30:09 host1 vllm[4242]: Traceback (most recent call last):",
+        'Jan 28 10:30:09 host1 vllm[4242]:   File "x.py", line 1, in f',
+        "Jan 28 10:30:09 host1 vllm[4242]: SomethingNew: nobody has seen this",
+    )
+    KILLED = (
+        "Jan 28 10:30:07 host1 vllm[4242]: INFO 01-28 10:30:07 [api_server.py:1043] vLLM API "
+        "server version 0.17.0",
+        "Jan 28 10:30:09 host1 bash[4200]: ./serve.sh: line 12:  4242 Killed"
+        "                  python -m vllm.entrypoints.openai.api_server",
+    )
+    STARTED = "Jan 28 10:30:06 host1 systemd[1]: Started vllm-a.service - vLLM A."
+
+    def _hint(self, lines: Sequence[str], **options: Any) -> str:
+        result = replay([["\n".join(lines).encode() + b"\n"]], reference_year=2026, **options)
+        (unit,) = result.units
+        crashed = [item.crash for item in unit.incarnations if item.crash is not None]
+        assert crashed, render_text([unit])
+        return hint_for(crashed[-1], hint_context(unit)).text
+
+    def test_plain_text_times_are_the_hosts_local_time(self) -> None:
+        """journalctl's short output printed local time: the window is given without UTC
+        (journalctl reads it as local time, as the log was) and the year is said assumed."""
+        text = self._hint(self.UNKNOWN_CRASH)
+        assert "--since '2026-01-28 10:20:09' --until '2026-01-28 10:31:09'" in text
+        assert "UTC" not in text
+        assert "the year 2026 is assumed" in text
+
+    def test_text_with_zoned_stamps_keeps_utc(self) -> None:
+        """``docker logs -t`` or Kubernetes: RFC 3339 stamps with their zone are real times."""
+        lines = [
+            f"2026-01-28T10:30:0{7 if index == 0 else 9}.123456789Z " + line.split(": ", 1)[1]
+            for index, line in enumerate(self.UNKNOWN_CRASH)
+        ]
+        text = self._hint(lines)
+        assert "--since '2026-01-28 10:20:09 UTC' --until '2026-01-28 10:31:09 UTC'" in text
+        assert "assumed" not in text
+
+    def test_the_journals_times_stay_utc(self) -> None:
+        """A crash of a journal input (real timestamps): the window in UTC, no year caveat."""
+        crash = CrashInfo(C.UNKNOWN, "", "", Phase.STARTING, datetime(2026, 1, 28, 10, 30, 9,
+                                                                      tzinfo=UTC))  # fmt: skip
+        text = hint_for(crash, HintContext("vllm.service")).text
+        assert "--since '2026-01-28 10:20:09 UTC' --until '2026-01-28 10:31:09 UTC'" in text
+        assert "assumed" not in text
+
+    def test_a_unit_name_nobody_gave_is_a_placeholder(self) -> None:
+        """Plain text that names no systemd unit: ``<unit>``, never replay's ``vllm``."""
+        text = self._hint(self.KILLED)
+        assert "`systemctl show -p MemoryMax,MemoryPeak <unit>`" in text
+        assert "--unit vllm " not in text
+
+    def test_a_unit_name_from_systemd_or_the_user_is_used(self) -> None:
+        """systemd's own line names the unit; ``--unit`` is the user's word for it."""
+        assert "MemoryMax,MemoryPeak vllm-a.service`" in self._hint((self.STARTED, *self.KILLED))
+        assert "MemoryMax,MemoryPeak vllm-b.service`" in self._hint(
+            self.KILLED, unit="vllm-b.service"
+        )

@@ -43,7 +43,7 @@ document (``eta.compare_startup``: the same model's, else any model's).
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -396,6 +396,10 @@ def _clock(value: datetime | None) -> str:
     return value.strftime("%Y-%m-%d %H:%M:%S") if value is not None else "?"
 
 
+_AT_THE_END = frozenset({Phase.READY, Phase.STOPPING})
+"""Phases whose verdict reads ``ready (the log ends here)`` when entered on the last line."""
+
+
 def verdict(
     item: IncarnationSnapshot, now: datetime | None = None, usual_seconds: float | None = None
 ) -> str:
@@ -415,7 +419,10 @@ def verdict(
     since = ""
     reference = now or item.last_record_at
     if entered is not None and reference is not None:
-        since = f" for {format_duration((reference - entered).total_seconds())}"
+        seconds = (reference - entered).total_seconds()
+        # entered on the last line: no time in it to speak of (never "ready for 0s")
+        ended = format_duration(seconds) == format_duration(0) and item.phase in _AT_THE_END
+        since = " (the log ends here)" if ended else f" for {format_duration(seconds)}"
     if item.outcome is Outcome.READY and item.phase is Phase.READY:
         return f"ready{since}"
     if item.phase is Phase.STOPPING:
@@ -427,10 +434,19 @@ def verdict(
     return f"still starting: {item.phase.value}{since}{extra} (log ends here)"
 
 
-def _startup_line(comparison: StartupComparison) -> str:
+def _startup_line(
+    comparison: StartupComparison, earlier: Sequence[IncarnationSnapshot] = ()
+) -> str:
+    """The startup line of a start that became ready; ``earlier``: the unit's incarnations
+    before it in the input (to say why none is compared with)."""
     took = format_duration(comparison.startup_seconds)
     if not comparison.compared_starts:
-        return f"    startup {took}: no earlier start in this input to compare with"
+        if not earlier:
+            return f"    startup {took}: no earlier start in this input to compare with"
+        excerpt = any(item.furthest_phase is Phase.READY for item in earlier)
+        why = " with its start seen (one read from its middle has no whole durations)"
+        why = why if excerpt else ""
+        return f"    startup {took}: no earlier start in this input that became ready{why}"
     whose = "of this model" if comparison.same_model else "of any model"
     starts = "start" if comparison.compared_starts == 1 else "starts"
     usual = format_duration(comparison.usual_startup_seconds)
@@ -532,7 +548,7 @@ def render_text(
                     f"    {_clock(entry.entered_at)}  {entry.phase.value:<22} {took}".rstrip()
                 )
             if comparison is not None:
-                out.append(_startup_line(comparison))
+                out.append(_startup_line(comparison, unit.incarnations[: number - 1]))
             if item.benign_errors:
                 out.append(f"    benign errors: {item.benign_errors} (discounted, not a cause)")
                 for line in item.benign_lines:

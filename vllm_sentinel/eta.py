@@ -45,6 +45,7 @@ from vllm_sentinel.phases import PHASE_ORDER, STARTUP_PHASES, Outcome, Phase
 from vllm_sentinel.snapshot import EtaBasis, IncarnationSnapshot, StartupRecord
 
 __all__ = [
+    "ETA_BASES",
     "HISTORY_SIZE",
     "RECENT_STARTS",
     "Estimate",
@@ -65,6 +66,20 @@ HISTORY_SIZE = 20
 
 RECENT_STARTS = 5
 """How many of the newest comparable records the medians use."""
+
+ETA_BASES: Mapping[EtaBasis, tuple[str, bool]] = MappingProxyType(
+    {
+        EtaBasis.VLLM: ("this phase's bar only", True),
+        EtaBasis.HISTORY: ("from earlier starts", False),
+        EtaBasis.BOTH: ("this phase's bar, then earlier starts", False),
+    }
+)
+"""Per basis: what it rests on in words, and whether the estimate is a lower bound.
+
+vLLM's bar alone (``vllm``) covers the rest of the current phase only, not the phases after it
+(a load's bar ends, then compiling, profiling and CUDA graph capture follow): the unit will be
+ready no sooner, and likely later. History covers every phase to come.
+"""
 
 
 def _median(values: Iterable[float]) -> float:

@@ -44,6 +44,7 @@ __all__ = [
     "MODULE_PACKAGES",
     "RUNBOOK_PATH",
     "RUNBOOK_URL",
+    "UNIT_PLACEHOLDER",
     "BenignNote",
     "CauseHint",
     "Condition",
@@ -99,12 +100,18 @@ class HintContext:
             the incarnation used, when it started
             (``UnitSnapshot.gpu_memory_held_by_others_at_start``).
         gpu_total_bytes: each GPU's memory, by index (``HostSnapshot.gpus``).
+        recovered: the crashes after which a later incarnation of the same model became ready
+            (the unit's incarnations as known: the daemon's last few, all of a replay's input).
+        local_times: the crash times are plain text's as printed (the host's local time, the
+            year assumed): the journalctl window is given without ``UTC``.
     """
 
     unit: str | None = None
     gpu_processes: tuple[GpuProcessUsage, ...] = ()
     held_by_others_at_start: Mapping[str, Mapping[int, int]] = field(default_factory=dict)
     gpu_total_bytes: Mapping[int, int] = field(default_factory=dict)
+    recovered: frozenset[CrashInfo] = frozenset()
+    local_times: bool = False
 
 
 def hint_context(
@@ -113,12 +120,26 @@ def hint_context(
     gpus: Sequence[GpuDevice] = (),
 ) -> HintContext:
     """What the hints of ``unit``'s crashes may use beyond the log: its host's GPU processes
-    and devices, and the memory others held on its GPUs when each incarnation started."""
+    and devices, the memory others held on its GPUs when each incarnation started, and which
+    crashes a later start of the same model recovered from (it became ready)."""
+    incarnations = unit.incarnations
+    recovered = frozenset(
+        item.crash
+        for index, item in enumerate(incarnations)
+        if item.crash is not None
+        and item.model is not None
+        and any(
+            later.model == item.model and later.furthest_phase is Phase.READY
+            for later in incarnations[index + 1 :]
+        )
+    )
     return HintContext(
-        unit.unit,
+        unit.unit if unit.unit_name_known else None,
         tuple(gpu_processes),
         unit.gpu_memory_held_by_others_at_start,
         {gpu.index: gpu.memory_total_bytes for gpu in gpus},
+        recovered,
+        unit.log_times_local,
     )
 
 
@@ -142,12 +163,15 @@ class Condition:
         holds: reads the crash (its exception and message) and the daemon's context.
         source: where the evidence comes from.
         example: a message it holds for (tests check it).
+        example_context: the context it holds in for a crash of that message (``None``: the
+            message alone is evidence).
     """
 
     name: str
     holds: Callable[[CrashInfo, HintContext | None], bool]
     source: str
     example: str
+    example_context: Callable[[CrashInfo], HintContext] | None = None
 
 
 _Fields = Mapping[str, str]
@@ -221,6 +245,24 @@ CAUSE_HINTS: tuple[CauseHint, ...] = (
         frozenset({Phase.STARTING, Phase.INITIALIZING, Phase.LOADING_WEIGHTS}),
     ),
     CauseHint("cuda_oom", "The device ran out of memory. " + _MEMORY_BUDGET),
+    CauseHint(
+        "kv_cache_insufficient",
+        "Other processes held memory on the GPU when this incarnation started, so the KV cache "
+        "got only what they left: do not shrink `--max-model-len` for it. Find them with "
+        "`nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv` "
+        "(`ps -o unit= -p PID` names its unit), stop them and restart this unit; give units "
+        "disjoint `CUDA_VISIBLE_DEVICES`.",
+        when="gpu_memory_held_by_others",
+    ),
+    CauseHint(
+        "kv_cache_insufficient",
+        "A later start with the same model became ready: the shortage was transient (memory "
+        "held by another process?), so do not shrink `--max-model-len` for it. Find what held "
+        "the GPU then (another unit starting at the same time, an incarnation still exiting: "
+        "`nvidia-smi`, their journals), and order the units' starts (`After=`) or give them "
+        "disjoint `CUDA_VISIBLE_DEVICES`.",
+        when="later_start_ready",
+    ),
     CauseHint(
         "kv_cache_insufficient",
         "The weights fit but the KV cache for one max-length sequence does not: lower "
@@ -403,9 +445,23 @@ CONDITIONS: Mapping[str, Condition] = MappingProxyType(
             "79.22 GiB of which 2.06 MiB is free. Process 3888866 has 71.11 GiB memory in use. "
             "Including non-PyTorch memory, this process has 8.08 GiB memory in use.",
         ),
+        "later_start_ready": Condition(
+            "later_start_ready",
+            lambda crash, context: context is not None and crash in context.recovered,
+            "the unit's incarnations (``hint_context``): a later one of the same model reached "
+            "ready (the daemon's last few incarnations; a replay's whole input)",
+            "ValueError: To serve at least one request with the models's max seq len (16384), "
+            "(3.0 GiB KV cache is needed, which is larger than the available KV cache memory "
+            "(1.87 GiB).",
+            example_context=lambda crash: HintContext(recovered=frozenset({crash})),
+        ),
     }
 )
-"""The evidence ``CauseHint.when`` may name, by name."""
+"""The evidence ``CauseHint.when`` may name, by name.
+
+A ``CauseHint`` row whose condition holds outranks the ``MESSAGE_HINTS`` rows that give a fix
+of their own (``with_cause_hint`` false): the message's fix assumes the GPU was the unit's own
+(lower `--max-model-len` to what fitted), the evidence says it was not."""
 
 
 # --------------------------------------------------------------------------- context fields
@@ -414,6 +470,10 @@ _INVOCATION_ID = re.compile(r"[0-9A-Za-z-]{1,64}")
 _WINDOW_BEFORE = timedelta(minutes=10)  # the journal read before a crash of unknown start
 _WINDOW_AFTER = timedelta(minutes=1)
 _JOURNAL_TIME = "%Y-%m-%d %H:%M:%S UTC"  # systemd.time(7) with an explicit zone
+_LOCAL_TIME = "%Y-%m-%d %H:%M:%S"  # systemd.time(7) without a zone: journalctl's local time
+UNIT_PLACEHOLDER = "<unit>"
+"""``{unit}`` of a crash whose unit name nobody gave (plain text naming no unit): the operator
+fills it."""
 
 GENERIC_FIELDS: Mapping[str, str] = MappingProxyType(
     {
@@ -427,21 +487,30 @@ GENERIC_FIELDS: Mapping[str, str] = MappingProxyType(
 def _context_fields(crash: CrashInfo, context: HintContext | None) -> dict[str, str]:
     """``{unit}`` and ``{journal_command}`` for one crash: the journalctl command that prints
     exactly the dead incarnation's lines (its invocation id), else the unit's lines in a
-    window before the crash."""
-    unit = _bounded(context.unit) if context is not None and context.unit else "UNIT"
+    window before the crash: in UTC for the journal's times, else (plain text: the host's
+    local time as journalctl printed it, the year assumed) without a zone, so that journalctl
+    reads it as local time too. ``{unit}`` is ``UNIT_PLACEHOLDER`` when nobody named the unit.
+    """
+    unit = _bounded(context.unit) if context is not None and context.unit else UNIT_PLACEHOLDER
+    local = context is not None and context.local_times
     ident = crash.invocation_id
     if ident and _INVOCATION_ID.fullmatch(ident):
         command = f"`journalctl _SYSTEMD_INVOCATION_ID={ident} -o cat`"
     else:
         command = f"`journalctl --unit {unit} -o cat`"
         if crash.at is not None:
+            form = _LOCAL_TIME if local else _JOURNAL_TIME
             try:
-                since = (crash.at - _WINDOW_BEFORE).strftime(_JOURNAL_TIME)
-                until = (crash.at + _WINDOW_AFTER).strftime(_JOURNAL_TIME)
+                since = (crash.at - _WINDOW_BEFORE).strftime(form)
+                until = (crash.at + _WINDOW_AFTER).strftime(form)
             except OverflowError:  # a log time at the end of the calendar: no window
                 pass
             else:
                 command = f"`journalctl --unit {unit} --since '{since}' --until '{until}' -o cat`"
+                if local:
+                    command += (
+                        f"; local time, as the log printed it; the year {crash.at.year} is assumed"
+                    )
     return {"unit": unit, "journal_command": command}
 
 
@@ -1027,9 +1096,9 @@ def runbook_anchor(cause: str) -> str:
     return f"{RUNBOOK_PATH}#{cause}"
 
 
-def _cause_text(crash: CrashInfo, context: HintContext | None) -> str:
+def _cause_row(crash: CrashInfo, context: HintContext | None) -> CauseHint:
     """The first row of the crash's cause whose condition and phases fit (``unknown``'s
-    default for a cause without rows), its fields filled."""
+    default for a cause without rows)."""
     cause = crash.cause.value
     rows = [row for row in CAUSE_HINTS if row.cause == cause] or [
         row for row in CAUSE_HINTS if row.cause == "unknown" and not row.phases and not row.when
@@ -1039,8 +1108,13 @@ def _cause_text(crash: CrashInfo, context: HintContext | None) -> str:
             continue
         if row.when and not CONDITIONS[row.when].holds(crash, context):
             continue
-        return row.text.format_map(_context_fields(crash, context))
-    return ""  # unreachable: every cause has a default row (tests check)
+        return row
+    return rows[-1]  # unreachable: every cause has a default row (tests check)
+
+
+def _cause_text(crash: CrashInfo, context: HintContext | None) -> str:
+    """The text of ``_cause_row``, its fields filled."""
+    return _cause_row(crash, context).text.format_map(_context_fields(crash, context))
 
 
 def _bounded(value: str | None) -> str:
@@ -1090,8 +1164,9 @@ def hint_for(crash: CrashInfo, context: HintContext | None = None) -> Hint:
     """
     cause = crash.cause.value
     text = f"{crash.exception}: {crash.message}" if crash.exception else crash.message
+    evidence = bool(_cause_row(crash, context).when)  # a condition held: it outranks
     for row, pattern in zip(MESSAGE_HINTS, _COMPILED, strict=True):
-        if cause not in row.causes:
+        if cause not in row.causes or (evidence and not row.with_cause_hint):
             continue
         found = pattern.search(text)
         if found is None:
@@ -1107,7 +1182,7 @@ def hint_for(crash: CrashInfo, context: HintContext | None = None) -> Hint:
             hint += _holders(context)
         return Hint(hint, cause, row.name, runbook_anchor(cause))
     hint = _cause_text(crash, context)
-    if cause in ("gpu_memory_in_use", "cuda_oom"):
+    if cause in ("gpu_memory_in_use", "cuda_oom") or evidence:
         hint += _holders(context)
     return Hint(hint, cause, f"cause:{cause}", runbook_anchor(cause))
 

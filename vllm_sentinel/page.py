@@ -31,7 +31,7 @@ from typing import Any
 
 from vllm_sentinel.hints import RUNBOOK_URL
 from vllm_sentinel.phases import Phase
-from vllm_sentinel.report import format_duration, pending_crash_text, unhealthy_text
+from vllm_sentinel.report import eta_text, format_duration, pending_crash_text, unhealthy_text
 
 __all__ = [
     "NOSCRIPT_REFRESH_SECONDS",
@@ -51,24 +51,26 @@ NOSCRIPT_REFRESH_SECONDS = 15
 _Unit = Mapping[str, Any]
 
 
-def _seconds(value: Any) -> str:
-    return format_duration(float(value))
+def _eta(fact: Callable[[str], Any]) -> str | None:
+    text = eta_text(
+        fact("eta_seconds"),
+        fact("expected_ready_at"),
+        fact("eta_basis"),
+        fact("eta_overdue_seconds"),
+    )
+    return f"ETA {text}" if text else None
 
 
-def _moment(value: Any) -> str:
-    moment = _parse_time(value)
-    return moment.strftime("%H:%M:%S UTC") if moment else str(value)
-
-
-PROGRESS_FACTS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
-    ("eta_seconds", "ETA", _seconds),
-    ("expected_ready_at", "ready at", _moment),
-    ("eta_overdue_seconds", "ETA overdue by", _seconds),
+PROGRESS_FACTS: tuple[tuple[str, Callable[[Callable[[str], Any]], str | None]], ...] = (
+    ("eta", _eta),
 )
-"""(JSON key, label, format) of facts shown next to the progress bar when the unit has them.
+"""(name, render) of facts shown next to the progress bar when the unit has them.
 
-A key is looked up in the unit, then its current incarnation, then that incarnation's
-``progress``; absent or ``null`` shows nothing. A new fact of the snapshot is one row here.
+``render`` gets a lookup of the document's keys: a key is looked up in the unit, then its
+current incarnation, then that incarnation's ``progress`` (``None`` when absent), and returns
+the text, or ``None`` to show nothing. The ETA says its basis: a lower bound (vLLM's bar of the
+current phase only) reads ``ETA ≥ 18s, this phase's bar only``, with no firm ready time
+(``report.eta_text``). A new fact of the snapshot is one row here.
 """
 
 UNIT_FLAGS: tuple[tuple[str, str, str], ...] = (
@@ -259,12 +261,10 @@ def _progress_cell(unit: _Unit, current: Mapping[str, Any], phase: str) -> str:
         if isinstance(weights, int | float) and weights > 0:
             parts.append(f'<span class="shards">weights {_gib(weights)} loaded</span>')
     if phase in _STARTUP:
-        for key, label, render in PROGRESS_FACTS:
-            value = _fact(unit, key)
-            if value is not None:
-                parts.append(
-                    f'<span class="fact fact-{key}">{_e(label)} {_e(render(value))}</span>'
-                )
+        for name, render in PROGRESS_FACTS:
+            text = render(lambda key: _fact(unit, key))
+            if text is not None:
+                parts.append(f'<span class="fact fact-{name}">{_e(text)}</span>')
     return f'<td data-label="Progress">{" ".join(parts) or "–"}</td>'
 
 

@@ -13,6 +13,8 @@ Each unit is one JSON object in the shape vLLM's users ask for (vllm-project/vll
      "eta_seconds": null,             # seconds until ready, when there is a basis (eta.py)
      "expected_ready_at": null,       # when, and what the estimate rests on:
      "eta_basis": null,               #   "vllm" | "history" | "both"
+     "eta_lower_bound": null,         # true for "vllm": this phase's bar only, the unit
+                                      #   will be ready no sooner (eta.ETA_BASES)
      "eta_overdue_seconds": null,     # how long ago the estimate ran out (eta_seconds null)
      "slow": false,                   # slower than usual for this unit and model
      "progress": 0.640625,            # share of the phase's work vLLM reported done, or null
@@ -47,6 +49,7 @@ from vllm_sentinel.hints import hint_context
 from vllm_sentinel.phases import Outcome, Phase
 from vllm_sentinel.report import (
     crash_to_json,
+    eta_is_lower_bound,
     format_duration,
     health_to_json,
     is_settled,
@@ -211,6 +214,7 @@ def unit_document(
         "eta_seconds": unit.eta_seconds if starting else None,
         "expected_ready_at": iso_utc(unit.expected_ready_at) if starting else None,
         "eta_basis": unit.eta_basis.value if starting and unit.eta_basis else None,
+        "eta_lower_bound": eta_is_lower_bound(unit.eta_basis) if starting else None,
         "eta_overdue_seconds": unit.eta_overdue_seconds if starting else None,
         "progress": _progress(current) if current else None,
         "stalled": unit.stalled,

@@ -171,6 +171,8 @@ def replay(
     repaired: Counter[str] = Counter()
     lines = 0
     gaps = NulGaps()
+    text_units: set[str] = set()  # the names text inputs were read under (plain text names none)
+    local_units: set[str] = set()  # … whose times are the host's local time, as printed
     for index, chunks in enumerate(inputs):
         decoder: JournalJsonDecoder | TextLogDecoder | None = None
         input_unit = text_unit
@@ -193,6 +195,9 @@ def replay(
         skipped.update(decoder.skipped)
         if isinstance(decoder, TextLogDecoder):
             repaired.update(decoder.repaired)
+            text_units.add(input_unit)
+            if decoder.times_as_printed:
+                local_units.add(input_unit)
         lines += decoder.lines_total
     units = []
     warnings: list[str] = []
@@ -208,10 +213,17 @@ def replay(
             continue
         snapshot = judge_at_end(tracker.snapshot())
         named = [name for name in tracker.manager_units if name != tracker.unit]
+        if tracker.unit in text_units:
+            # a placeholder name (``vllm``, the input's file name) unless the user gave it
+            snapshot = replace(
+                snapshot,
+                unit_name_known=unit is not None,
+                log_times_local=tracker.unit in local_units,
+            )
         if unit is None and tracker.unit == text_unit and named:
             if len(named) == 1:
                 # plain text names no unit, but systemd's lines in it name exactly one
-                snapshot = replace(snapshot, unit=named[0])
+                snapshot = replace(snapshot, unit=named[0], unit_name_known=True)
             else:
                 warnings.append(
                     f"the text names several units ({', '.join(named)}) and plain text "

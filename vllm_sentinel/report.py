@@ -43,17 +43,24 @@ document (``eta.compare_startup``: the same model's, else any model's).
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from vllm_sentinel.causes import CrashCause
-from vllm_sentinel.eta import StartupComparison, compare_startup, remember, startup_record
+from vllm_sentinel.eta import (
+    ETA_BASES,
+    StartupComparison,
+    compare_startup,
+    remember,
+    startup_record,
+)
 from vllm_sentinel.hints import HintContext, explain_benign, hint_context, hint_for
 from vllm_sentinel.phases import Outcome, Phase
 from vllm_sentinel.snapshot import (
     CollectorState,
     CrashInfo,
+    EtaBasis,
     IncarnationSnapshot,
     Snapshot,
     StartupRecord,
@@ -64,6 +71,8 @@ from vllm_sentinel.tracker import RECENT_EVENTS_KEPT
 
 __all__ = [
     "crash_to_json",
+    "eta_is_lower_bound",
+    "eta_text",
     "format_duration",
     "health_to_json",
     "is_settled",
@@ -157,6 +166,49 @@ def _time_of_day(value: object) -> str:
     except ValueError:
         return value
     return moment.strftime("%H:%M:%S UTC")
+
+
+def _basis(value: object) -> EtaBasis | None:
+    try:
+        return EtaBasis(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
+
+
+def eta_is_lower_bound(basis: object) -> bool | None:
+    """Whether an ETA of ``basis`` (``EtaBasis`` or its JSON value) is a lower bound.
+
+    ``None`` without a known basis (no estimate). True for ``vllm``: the current phase's bar
+    only, the phases after it not counted (``eta.ETA_BASES``).
+    """
+    known = _basis(basis.value if isinstance(basis, EtaBasis) else basis)
+    return ETA_BASES[known][1] if known is not None else None
+
+
+def eta_text(
+    eta_seconds: object, expected_ready_at: object, basis: object, overdue_seconds: object
+) -> str | None:
+    """An ETA in words, with its basis, from the JSON fields of a unit; ``None`` without one.
+
+    ``eta_seconds`` and ``overdue_seconds`` are numbers or ``None``, ``expected_ready_at`` an
+    ISO 8601 time or ``None``, ``basis`` an ``EtaBasis`` value. A lower bound (basis ``vllm``)
+    reads ``≥ 18s, this phase's bar only`` with no firm ready time; the others
+    ``18s · ready at 16:10:24 UTC, from earlier starts``; an estimate that ran out
+    ``overdue by 40s, this phase's bar only``.
+    """
+    known = _basis(basis)
+    words, lower = ETA_BASES[known] if known is not None else ("", False)
+    if isinstance(overdue_seconds, int | float):
+        text = f"overdue by {format_duration(float(overdue_seconds))}"
+    elif isinstance(eta_seconds, int | float):
+        text = format_duration(float(eta_seconds))
+        if lower:
+            text = f"≥ {text}"
+        elif isinstance(expected_ready_at, str):
+            text += f" · ready at {_time_of_day(expected_ready_at)}"
+    else:
+        return None
+    return f"{text}, {words}" if words else text
 
 
 def unhealthy_text(health: Mapping[str, Any] | None) -> str | None:
@@ -344,6 +396,10 @@ def _clock(value: datetime | None) -> str:
     return value.strftime("%Y-%m-%d %H:%M:%S") if value is not None else "?"
 
 
+_AT_THE_END = frozenset({Phase.READY, Phase.STOPPING})
+"""Phases whose verdict reads ``ready (the log ends here)`` when entered on the last line."""
+
+
 def verdict(
     item: IncarnationSnapshot, now: datetime | None = None, usual_seconds: float | None = None
 ) -> str:
@@ -363,7 +419,10 @@ def verdict(
     since = ""
     reference = now or item.last_record_at
     if entered is not None and reference is not None:
-        since = f" for {format_duration((reference - entered).total_seconds())}"
+        seconds = (reference - entered).total_seconds()
+        # entered on the last line: no time in it to speak of (never "ready for 0s")
+        ended = format_duration(seconds) == format_duration(0) and item.phase in _AT_THE_END
+        since = " (the log ends here)" if ended else f" for {format_duration(seconds)}"
     if item.outcome is Outcome.READY and item.phase is Phase.READY:
         return f"ready{since}"
     if item.phase is Phase.STOPPING:
@@ -375,10 +434,19 @@ def verdict(
     return f"still starting: {item.phase.value}{since}{extra} (log ends here)"
 
 
-def _startup_line(comparison: StartupComparison) -> str:
+def _startup_line(
+    comparison: StartupComparison, earlier: Sequence[IncarnationSnapshot] = ()
+) -> str:
+    """The startup line of a start that became ready; ``earlier``: the unit's incarnations
+    before it in the input (to say why none is compared with)."""
     took = format_duration(comparison.startup_seconds)
     if not comparison.compared_starts:
-        return f"    startup {took}: no earlier start in this input to compare with"
+        if not earlier:
+            return f"    startup {took}: no earlier start in this input to compare with"
+        excerpt = any(item.furthest_phase is Phase.READY for item in earlier)
+        why = " with its start seen (one read from its middle has no whole durations)"
+        why = why if excerpt else ""
+        return f"    startup {took}: no earlier start in this input that became ready{why}"
     whose = "of this model" if comparison.same_model else "of any model"
     starts = "start" if comparison.compared_starts == 1 else "starts"
     usual = format_duration(comparison.usual_startup_seconds)
@@ -389,18 +457,25 @@ def _startup_line(comparison: StartupComparison) -> str:
 
 
 def _eta_line(unit: UnitSnapshot) -> str | None:
-    if unit.eta_overdue_seconds is not None and unit.eta_basis is not None:
+    basis = unit.eta_basis
+    if basis is None:
+        return None
+    words, lower = ETA_BASES[basis]
+    if unit.eta_overdue_seconds is not None:
         return (
             f"    eta: overdue by {format_duration(unit.eta_overdue_seconds)} as the log ends "
-            f"(basis {unit.eta_basis.value}: its estimate ran out)"
+            f"(basis {basis.value}: its estimate ran out)"
         )
-    if unit.eta_seconds is None or unit.eta_basis is None:
+    if unit.eta_seconds is None:
         return None
+    took = format_duration(unit.eta_seconds)
+    if lower:
+        return (
+            f"    eta: ready in at least {took}, as the log ends (basis {basis.value}: "
+            f"{words}, a lower bound)"
+        )
     when = f" at {_clock(unit.expected_ready_at)}" if unit.expected_ready_at else ""
-    return (
-        f"    eta: ready in about {format_duration(unit.eta_seconds)}{when}, as the log ends "
-        f"(basis {unit.eta_basis.value})"
-    )
+    return f"    eta: ready in about {took}{when}, as the log ends (basis {basis.value})"
 
 
 def _wrapped(line: str, width: int | None) -> list[str]:
@@ -439,6 +514,7 @@ def render_text(
         out.append(f"unit {unit.unit}{where}: {len(unit.incarnations)} incarnation(s)")
         comparisons = startup_comparisons(unit.incarnations)
         pairs = zip(unit.incarnations, comparisons, strict=True)
+        context = hint_context(unit)  # its unit, and the crashes a later start recovered from
         for number, (item, comparison) in enumerate(pairs, 1):
             usual = (
                 {row.phase: row.usual_seconds for row in comparison.phases}
@@ -472,7 +548,7 @@ def render_text(
                     f"    {_clock(entry.entered_at)}  {entry.phase.value:<22} {took}".rstrip()
                 )
             if comparison is not None:
-                out.append(_startup_line(comparison))
+                out.append(_startup_line(comparison, unit.incarnations[: number - 1]))
             if item.benign_errors:
                 out.append(f"    benign errors: {item.benign_errors} (discounted, not a cause)")
                 for line in item.benign_lines:
@@ -487,7 +563,7 @@ def render_text(
             if eta is not None:
                 out.append(eta)
             if item.crash is not None:
-                hint = hint_for(item.crash, HintContext(unit.unit))
+                hint = hint_for(item.crash, context)
                 out += _wrapped(f"hint: {hint.text} (see {hint.runbook})", width)
         out.append("")
     return "\n".join(out).rstrip() + "\n" if out else "no vLLM records found\n"
@@ -553,7 +629,10 @@ def _eta_cell(unit: Mapping[str, Any]) -> str:
     overdue = unit.get("eta_overdue_seconds")
     if isinstance(overdue, int | float):
         return f"overdue by {format_duration(float(overdue))}"
-    return format_duration(float(seconds)) if isinstance(seconds, int | float) else "-"
+    if not isinstance(seconds, int | float):
+        return "-"
+    lower = "≥" if eta_is_lower_bound(unit.get("eta_basis")) else ""
+    return lower + format_duration(float(seconds))
 
 
 def _no_units(document: Mapping[str, Any]) -> list[str]:
@@ -636,4 +715,12 @@ def render_status(document: Mapping[str, Any]) -> str:
         hint = (last or {}).get("hint") or {}
         if hint.get("text"):
             out.append(f"{'':<16} hint: {hint['text']} (see {hint.get('runbook')})")
+        eta = eta_text(
+            unit.get("eta_seconds"),
+            unit.get("expected_ready_at"),
+            unit.get("eta_basis"),
+            unit.get("eta_overdue_seconds"),
+        )
+        if eta:
+            out.append(f"{'':<16} eta: {eta}")
     return "\n".join(out) + "\n"

@@ -275,6 +275,12 @@ class UnitSnapshot:
         eta_basis: what the estimate rests on (``vllm``, ``history``, ``both``).
         eta_overdue_seconds: how long ago the estimate ran out, when it did (then
             ``eta_seconds`` and ``expected_ready_at`` are ``None``: never "ready in 0 s").
+        unit_name_known: the name came from the journal, systemd's own lines or the user;
+            False for plain text that named no unit (replay's placeholder name): the hints'
+            commands then say ``<unit>`` for the operator to fill.
+        log_times_local: its times are plain text's as printed (replay of text): the host's
+            local time read as if UTC, the year assumed where the stamps carry none; False for
+            the journal's real timestamps.
     """
 
     host: str | None
@@ -305,6 +311,8 @@ class UnitSnapshot:
     expected_ready_at: datetime | None = None
     eta_basis: EtaBasis | None = None
     eta_overdue_seconds: float | None = None
+    unit_name_known: bool = True
+    log_times_local: bool = False
 
     @property
     def current(self) -> IncarnationSnapshot | None:

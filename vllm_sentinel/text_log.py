@@ -170,6 +170,10 @@ def _parse_iso(text: str) -> datetime | None:
         return None
 
 
+_ZONED = re.compile(r"(?:[Zz]|[+-]\d\d:?\d\d)$")
+"""The end of an ISO 8601 stamp that names its zone."""
+
+
 class TextLogDecoder:
     """Decode plain-text log bytes into ``Record``s.
 
@@ -193,6 +197,8 @@ class TextLogDecoder:
         self.host = host
         self._year = reference_year
         self._last_month = 0
+        self._short_seen = False  # a journald short stamp: local time, no year
+        self._zoned_seen = False  # an ISO stamp with its zone: a real time
         self._short_key: tuple[str, str, str] | None = None  # last journald-short time read
         self._short_value: datetime | None = None
         self._lines = LineBuffer(max_line_bytes, keep_truncated=True)
@@ -376,6 +382,8 @@ class TextLogDecoder:
                         iso, end = stamped.group("iso"), stamped.end()
             if iso:
                 realtime = _parse_iso(iso)
+                if not self._zoned_seen:
+                    self._zoned_seen = _ZONED.search(iso) is not None
             elif has_month:
                 month, day, clock = found.group("month", "day", "clock")
                 if month:
@@ -426,10 +434,19 @@ class TextLogDecoder:
             self._short_key, self._short_value = key, value
         return value
 
+    @property
+    def times_as_printed(self) -> bool:
+        """True unless the text's times are real: ISO 8601 stamps with their zone (``docker
+        logs -t``, Kubernetes) and no journald short stamp. Otherwise its times are the host's
+        local time as printed (journald short, vLLM's own header), read as if UTC, the year
+        assumed where the stamps carry none."""
+        return self._short_seen or not self._zoned_seen
+
     def _compute_short_time(self, month_name: str, day: str, clock: str) -> datetime | None:
         month = _MONTHS.get(month_name.lower().rstrip("."))
         if month is None:
             return None
+        self._short_seen = True
         if self._last_month and month < self._last_month - 6:
             self._year += 1
         self._last_month = month

@@ -206,6 +206,10 @@ async def test_a_person_sees_loading_crashed_and_collector_down(
         assert (await bar.get_attribute("value"), await bar.get_attribute("max")) == ("32", "64")
         assert await loading.locator(".phase").inner_text() == "loading_weights"
         assert "32/64 shards (50%)" in await loading.inner_text()
+        # no history: tqdm's rest of the shard bar only, a lower bound with no firm ready time
+        eta = await loading.locator(".fact-eta").inner_text()
+        assert re.fullmatch(r"ETA ≥ \d+m\d\ds, this phase's bar only", eta), eta
+        assert "ready at" not in await loading.inner_text()
         await loading.screenshot(path=artifacts / "loading.png")
 
         crashed = await _row(page, CRASHED)

@@ -56,7 +56,7 @@ class TestReplay:
         out = result.stdout.decode()
         assert out.count("  incarnation ") == 3
         assert "root cause kv_cache_insufficient: ValueError: To serve at least one request" in out
-        assert out.rstrip().endswith("verdict: ready for 0s")
+        assert out.rstrip().endswith("verdict: ready (the log ends here)")
 
     def test_json_from_stdin(self) -> None:
         """``-`` reads stdin; ``--output json`` prints the documented document."""

@@ -4,8 +4,10 @@ message, GPU context names the other processes, benign lines say why they were d
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,13 +22,18 @@ from vllm_sentinel.hints import (
     HintContext,
     MessageHint,
     explain_benign,
+    hint_context,
     hint_for,
     runbook_anchor,
 )
 from vllm_sentinel.phases import Phase
+from vllm_sentinel.replay import replay
+from vllm_sentinel.report import render_text
 from vllm_sentinel.snapshot import CrashInfo, GpuProcessUsage
 
-RUNBOOK = Path(__file__).resolve().parents[2] / "docs" / "runbook.md"
+ROOT = Path(__file__).resolve().parents[2]
+RUNBOOK = ROOT / "docs" / "runbook.md"
+LOG_101 = ROOT / "tests/golden/logs/101-journald-v0.15.1-boot-kv-too-small-restart-then-ready.log"
 GIB = 1 << 30
 C = CrashCause
 
@@ -336,7 +343,10 @@ class TestMemoryHeldByOthers:
         assert named <= set(CONDITIONS)
         for name, condition in CONDITIONS.items():
             assert condition.name == name and condition.source
-            assert condition.holds(crash(C.CUDA_OOM, condition.example), None), name
+            example = crash(C.CUDA_OOM, condition.example)
+            context = condition.example_context(example) if condition.example_context else None
+            assert condition.holds(example, context), name
+            assert condition.example_context is None or not condition.holds(example, None), name
 
     def test_own_pid_unknown_in_a_container_is_not_counted(self) -> None:
         """Without ``this process`` (a PID namespace), the largest process is taken as itself."""
@@ -371,6 +381,76 @@ class TestMemoryHeldByOthers:
         )
         assert self.COMMAND not in hint.text
         assert "`--max-num-seqs`" in hint.text
+
+
+class TestKvCacheNotTheArguments:
+    """A KV cache too small because the GPU was not the unit's own: no smaller context."""
+
+    MESSAGE = (
+        "To serve at least one request with the models's max seq len (16384), (3.0 GiB KV cache "
+        "is needed, which is larger than the available KV cache memory (1.87 GiB). Based on the "
+        "available memory, the estimated maximum model length is 10224."
+    )
+
+    def _crash(self) -> CrashInfo:
+        return CrashInfo(
+            C.KV_CACHE_INSUFFICIENT, "ValueError", self.MESSAGE, Phase.PROFILING_KV_CACHE,
+            datetime(2026, 2, 22, tzinfo=UTC), "inv-1",
+        )  # fmt: skip
+
+    def test_alone_the_message_fixes_the_arguments(self) -> None:
+        """No evidence of other processes: vLLM's own estimate of what fits."""
+        hint = hint_for(self._crash(), HintContext("u"))
+        assert hint.rule == "kv_cache_memory"
+        assert "lower `--max-model-len` to 10224" in hint.text
+
+    def test_memory_held_by_others_at_start_says_stop_them(self) -> None:
+        """The GPU collector saw 30 of 80 GiB held by others when it started: find and stop
+        them, never shrink the context; the processes on the GPU now are named."""
+        context = HintContext(
+            "u",
+            (GpuProcessUsage(777, 0, 30 * GIB, "vllm-b.service"),),
+            held_by_others_at_start={"inv-1": {0: 30 * GIB}},
+            gpu_total_bytes={0: 80 * GIB},
+        )
+        hint = hint_for(self._crash(), context)
+        assert hint.rule == "cause:kv_cache_insufficient"
+        assert "do not shrink `--max-model-len`" in hint.text
+        assert "`nvidia-smi --query-compute-apps=" in hint.text
+        assert "vllm-b.service (pid 777) holds 30.0 GiB on GPU 0" in hint.text
+        assert "lower `--max-model-len`" not in hint.text
+
+    def test_a_later_ready_start_of_the_same_model_says_transient(self) -> None:
+        """Corpus 101: the first start after boot got 1.87 GiB of KV cache, the restart with the
+        same model 11.33 GiB and became ready: the shortage was transient."""
+        result = replay([[LOG_101.read_bytes()]])
+        (unit,) = result.units
+        crashed = unit.incarnations[1].crash
+        assert crashed is not None and crashed.cause is C.KV_CACHE_INSUFFICIENT
+        hint = hint_for(crashed, hint_context(unit))
+        assert hint.text.startswith(
+            "A later start with the same model became ready: the shortage was transient (memory "
+            "held by another process?)"
+        )
+        assert "lower `--max-model-len`" not in hint.text
+        text = render_text([unit])
+        assert "hint: A later start with the same model became ready" in text
+
+    def test_a_later_ready_start_of_another_model_is_no_evidence(self) -> None:
+        """Another model fitting says nothing about this one's arguments."""
+        first, restart = LOG_101.read_bytes().split(b"Scheduled restart job", 1)
+        first = first.replace(b"qwen2_5_14b_instruct_awq", b"another_model")
+        result = replay([[first + b"Scheduled restart job" + restart]])
+        (unit,) = result.units
+        crashed = unit.incarnations[1].crash
+        assert crashed is not None
+        assert hint_for(crashed, hint_context(unit)).rule == "kv_cache_memory"
+
+    def test_runbook_has_the_branch(self) -> None:
+        text = RUNBOOK.read_text(encoding="utf-8")
+        section = text.split("\n### kv_cache_insufficient\n", 1)[1].split("\n### ", 1)[0]
+        assert "later start with the same model" in section
+        assert "held by other processes" in section
 
 
 class TestKilled:
@@ -433,3 +513,71 @@ def test_unknown_hint_at_the_end_of_the_calendar_has_no_window() -> None:
     late = CrashInfo(C.UNKNOWN, "", "", Phase.STARTING, datetime.max.replace(tzinfo=UTC))
     hint = hint_for(late, HintContext("vllm.service"))
     assert "`journalctl --unit vllm.service -o cat`" in hint.text
+
+
+class TestWhatTheInputTold:
+    """A hint's command says only what the input told: the unit's name when systemd's lines or
+    the journal gave it (else a placeholder to fill), UTC only for the journal's real times."""
+
+    UNKNOWN_CRASH = (
+        "Jan 28 10:30:07 host1 vllm[4242]: INFO 01-28 10:30:07 [api_server.py:1043] vLLM API "
+        "server version 0.17.0",
+        "Jan 28 10:30:09 host1 vllm[4242]: ERROR 01-28 10:30:09 [core.py:1] EngineCore failed to "
+        "start.",
+        "Jan 28 10:30:09 host1 vllm[4242]: Traceback (most recent call last):",
+        'Jan 28 10:30:09 host1 vllm[4242]:   File "x.py", line 1, in f',
+        "Jan 28 10:30:09 host1 vllm[4242]: SomethingNew: nobody has seen this",
+    )
+    KILLED = (
+        "Jan 28 10:30:07 host1 vllm[4242]: INFO 01-28 10:30:07 [api_server.py:1043] vLLM API "
+        "server version 0.17.0",
+        "Jan 28 10:30:09 host1 bash[4200]: ./serve.sh: line 12:  4242 Killed"
+        "                  python -m vllm.entrypoints.openai.api_server",
+    )
+    STARTED = "Jan 28 10:30:06 host1 systemd[1]: Started vllm-a.service - vLLM A."
+
+    def _hint(self, lines: Sequence[str], **options: Any) -> str:
+        result = replay([["\n".join(lines).encode() + b"\n"]], reference_year=2026, **options)
+        (unit,) = result.units
+        crashed = [item.crash for item in unit.incarnations if item.crash is not None]
+        assert crashed, render_text([unit])
+        return hint_for(crashed[-1], hint_context(unit)).text
+
+    def test_plain_text_times_are_the_hosts_local_time(self) -> None:
+        """journalctl's short output printed local time: the window is given without UTC
+        (journalctl reads it as local time, as the log was) and the year is said assumed."""
+        text = self._hint(self.UNKNOWN_CRASH)
+        assert "--since '2026-01-28 10:20:09' --until '2026-01-28 10:31:09'" in text
+        assert "UTC" not in text
+        assert "the year 2026 is assumed" in text
+
+    def test_text_with_zoned_stamps_keeps_utc(self) -> None:
+        """``docker logs -t`` or Kubernetes: RFC 3339 stamps with their zone are real times."""
+        lines = [
+            f"2026-01-28T10:30:0{7 if index == 0 else 9}.123456789Z " + line.split(": ", 1)[1]
+            for index, line in enumerate(self.UNKNOWN_CRASH)
+        ]
+        text = self._hint(lines)
+        assert "--since '2026-01-28 10:20:09 UTC' --until '2026-01-28 10:31:09 UTC'" in text
+        assert "assumed" not in text
+
+    def test_the_journals_times_stay_utc(self) -> None:
+        """A crash of a journal input (real timestamps): the window in UTC, no year caveat."""
+        crash = CrashInfo(C.UNKNOWN, "", "", Phase.STARTING, datetime(2026, 1, 28, 10, 30, 9,
+                                                                      tzinfo=UTC))  # fmt: skip
+        text = hint_for(crash, HintContext("vllm.service")).text
+        assert "--since '2026-01-28 10:20:09 UTC' --until '2026-01-28 10:31:09 UTC'" in text
+        assert "assumed" not in text
+
+    def test_a_unit_name_nobody_gave_is_a_placeholder(self) -> None:
+        """Plain text that names no systemd unit: ``<unit>``, never replay's ``vllm``."""
+        text = self._hint(self.KILLED)
+        assert "`systemctl show -p MemoryMax,MemoryPeak <unit>`" in text
+        assert "--unit vllm " not in text
+
+    def test_a_unit_name_from_systemd_or_the_user_is_used(self) -> None:
+        """systemd's own line names the unit; ``--unit`` is the user's word for it."""
+        assert "MemoryMax,MemoryPeak vllm-a.service`" in self._hint((self.STARTED, *self.KILLED))
+        assert "MemoryMax,MemoryPeak vllm-b.service`" in self._hint(
+            self.KILLED, unit="vllm-b.service"
+        )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import replace
+from datetime import timedelta
 from html.parser import HTMLParser
 from importlib import resources
 from pathlib import Path
@@ -104,7 +105,8 @@ class TestWhatAPersonSees:
         assert tags(llama, "progress") == [{"max": "4", "value": "1"}]
         assert text_of(llama).startswith(
             "vllm-llama.service meta-llama/Llama-3.1-8B-Instruct · vLLM 0.8.5 · TP=1 "
-            "loading_weights slow 1/4 shards (25%) ETA 7m00s ready at 12:37:00 UTC 19m40s "
+            "loading_weights slow 1/4 shards (25%) ETA 7m00s · ready at 12:37:00 UTC, this "
+            "phase's bar, then earlier starts 19m40s "
             "12.0 GiB on 2 GPUs"
         )
         assert 'class="phase phase-loading_weights"' in llama
@@ -192,7 +194,7 @@ class TestFactsThatMayComeLater:
             "2025-03-01T12:34:30Z"
         )
         text = text_of(row(render_main(doc), "vllm-llama.service"))
-        assert "1/4 shards (25%) ETA 4m30s ready at 12:34:30 UTC" in text
+        assert "1/4 shards (25%) ETA 4m30s · ready at 12:34:30 UTC, this phase's bar" in text
 
     def test_no_eta_for_a_unit_that_is_not_starting(self) -> None:
         """A ready unit shows no ETA even if one is left in its document."""
@@ -299,6 +301,34 @@ class TestCrashNotCountedYet:
         assert "2 starts · 1 crash" in text
 
 
+class TestEtaBasis:
+    """The ETA says what it rests on; vLLM's bar alone is a lower bound, never a firm time."""
+
+    def test_a_lower_bound_has_no_firm_ready_time(self) -> None:
+        """Basis ``vllm``: the current bar only (compiling, graph capture still to come)."""
+        snapshot = _with_unit(
+            0,
+            eta_seconds=18.0,
+            expected_ready_at=AT + timedelta(seconds=18),
+            eta_basis=EtaBasis.VLLM,
+        )
+        text = text_of(row(render_main(document(snapshot)), "vllm-llama.service"))
+        assert "ETA ≥ 18s, this phase's bar only" in text
+        assert "ready at" not in text
+
+    def test_history_and_both_name_their_basis(self) -> None:
+        """A firm ready time, with the basis in words."""
+        for basis, words in (
+            (EtaBasis.HISTORY, "from earlier starts"),
+            (EtaBasis.BOTH, "this phase's bar, then earlier starts"),
+        ):
+            snapshot = _with_unit(
+                0, eta_seconds=18.0, expected_ready_at=AT + timedelta(seconds=18), eta_basis=basis
+            )
+            text = text_of(row(render_main(document(snapshot)), "vllm-llama.service"))
+            assert f"ETA 18s · ready at 12:30:18 UTC, {words}" in text
+
+
 class TestOverdueEta:
     def test_an_overdue_estimate_says_so_not_zero(self) -> None:
         """An ETA that ran out shows how long ago, never 'ETA 0s'."""
@@ -310,7 +340,7 @@ class TestOverdueEta:
             eta_overdue_seconds=42.0,
         )
         text = text_of(row(render_main(document(snapshot)), "vllm-llama.service"))
-        assert "ETA overdue by 42s" in text
+        assert "ETA overdue by 42s, this phase's bar only" in text
         assert "ETA 0s" not in text
 
 

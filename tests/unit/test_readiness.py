@@ -86,6 +86,19 @@ class TestStates:
             True,
         )
         assert document["expected_ready_at"] == iso_utc(AT + timedelta(seconds=420))
+        assert document["eta_lower_bound"] is False
+
+    def test_an_eta_of_the_current_bar_only_is_a_lower_bound(self) -> None:
+        """Basis ``vllm``: the document says the ETA is a lower bound; no ETA, no claim."""
+        unit = replace(
+            _loading(),
+            eta_seconds=18.0,
+            expected_ready_at=AT + timedelta(seconds=18),
+            eta_basis=EtaBasis.VLLM,
+        )
+        document = unit_document(unit, AT)
+        assert (document["eta_basis"], document["eta_lower_bound"]) == ("vllm", True)
+        assert unit_document(_loading(), AT)["eta_lower_bound"] is None
 
     def test_stalled_unit_says_for_how_long_nothing_moved(self) -> None:
         """The detail of a stalled unit names its idle time."""

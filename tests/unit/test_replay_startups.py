@@ -90,3 +90,20 @@ class TestEta:
         assert (unit.eta_seconds, unit.expected_ready_at, unit.eta_basis) == (None, None, None)
         assert "eta:" not in render_text([unit])
         assert to_json([unit])["units"][0]["eta_seconds"] is None
+
+
+class TestTheEndOfTheLog:
+    """Corpus 101: a start crashed, the restart became ready on the log's last line."""
+
+    LOG_101 = LOG.parents[0] / "101-journald-v0.15.1-boot-kv-too-small-restart-then-ready.log"
+
+    def test_ready_on_the_last_line_is_not_ready_for_0s(self) -> None:
+        text = render_text(replay([[self.LOG_101.read_bytes()]]).units)
+        assert "verdict: ready (the log ends here)" in text
+        assert "ready for 0s" not in text
+
+    def test_earlier_starts_that_never_became_ready_are_said_so(self) -> None:
+        """Two earlier incarnations (a stop, a crash), none became ready with its start seen."""
+        text = render_text(replay([[self.LOG_101.read_bytes()]]).units)
+        assert "startup 31s: no earlier start in this input that became ready" in text
+        assert "to compare with" not in text

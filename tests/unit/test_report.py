@@ -14,7 +14,7 @@ from vllm_sentinel.hints import HintContext
 from vllm_sentinel.phases import Outcome, Phase
 from vllm_sentinel.replay import replay
 from vllm_sentinel.report import render_status, render_text, status_document, unit_to_json
-from vllm_sentinel.snapshot import CrashInfo, GpuProcessUsage, Snapshot, UnitHealth
+from vllm_sentinel.snapshot import CrashInfo, EtaBasis, GpuProcessUsage, Snapshot, UnitHealth
 from vllm_sentinel.tracker import RECENT_EVENTS_KEPT
 
 INCIDENT = "\n".join(
@@ -176,6 +176,34 @@ class TestStatus:
         assert lines[index + 1].startswith(" " * 17 + "hint: GPU 0 had 1.12 GiB free of 79.10")
         assert lines[index + 1].endswith("(see docs/runbook.md#cuda_oom)")
         assert sum(1 for line in lines if "hint:" in line) == 1  # only the crashed unit
+
+
+class TestStatusEta:
+    """``vllm-sentinel status``: the ETA column, and a line with its basis under the unit."""
+
+    def _lines(self, basis: EtaBasis) -> tuple[str, str]:
+        host = basic_snapshot().hosts[0]
+        llama = replace(
+            host.units[0],
+            eta_seconds=18.0,
+            expected_ready_at=AT + timedelta(seconds=18),
+            eta_basis=basis,
+        )
+        document = status_document(Snapshot((replace(host, units=(llama,)),), AT))
+        lines = render_status(document).splitlines()
+        index = next(i for i, line in enumerate(lines) if "vllm-llama.service" in line)
+        eta = next(line for line in lines[index + 1 :] if line.lstrip().startswith("eta:"))
+        return lines[index], eta
+
+    def test_a_lower_bound_is_marked_and_has_no_ready_time(self) -> None:
+        row, eta = self._lines(EtaBasis.VLLM)
+        assert " ≥18s " in row
+        assert eta == " " * 17 + "eta: ≥ 18s, this phase's bar only"
+
+    def test_history_gives_a_ready_time_and_its_basis(self) -> None:
+        row, eta = self._lines(EtaBasis.HISTORY)
+        assert " 18s " in row and "≥" not in row
+        assert eta == " " * 17 + "eta: 18s · ready at 12:30:18 UTC, from earlier starts"
 
 
 def _host(**fields: Any) -> dict[str, Any]:

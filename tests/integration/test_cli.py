@@ -585,7 +585,12 @@ def test_demo_ctrl_c_while_starting_is_a_clean_stop(after: float) -> None:
                 demo.kill()
                 demo.communicate()
     assert demo.returncode in (0, -signal.SIGINT), (demo.returncode, err.decode())
-    assert b"Aborted" not in err and b"Traceback" not in err, err.decode()
+    assert b"Aborted" not in err, err.decode()
+    if demo.returncode == 0:  # our code stopped it: no traceback
+        assert b"Traceback" not in err, err.decode()
+    else:  # the interpreter was still importing (a loaded machine): Python's own exit on SIGINT
+        assert err.rstrip().endswith(b"KeyboardInterrupt"), err.decode()
+        assert b"vllm_sentinel/demo.py" not in err and b"in _demo" not in err, err.decode()
 
 
 STUBBORN = """

@@ -1129,12 +1129,19 @@ def _gib(size: int) -> str:
 
 
 def _holders(context: HintContext | None) -> str:
-    """The other processes holding GPU memory, largest first (at most a few)."""
+    """The other processes holding GPU memory, largest first (at most a few): on the unit's
+    GPUs when they are known (its processes now, the GPUs its incarnations used at start),
+    else on the whole host."""
     if context is None:
         return ""
+    own = {usage.gpu for usage in context.gpu_processes if usage.unit == context.unit}
+    for used in context.held_by_others_at_start.values():
+        own.update(used)
     others: dict[tuple[int, str | None], dict[int, int]] = {}
     for usage in context.gpu_processes:
         if context.unit is not None and usage.unit == context.unit:
+            continue
+        if own and usage.gpu not in own:
             continue
         per_gpu = others.setdefault((usage.pid, usage.unit), {})
         per_gpu[usage.gpu] = per_gpu.get(usage.gpu, 0) + usage.used_memory_bytes
@@ -1149,7 +1156,8 @@ def _holders(context: HintContext | None) -> str:
         named.append(f"{owner} holds {_gib(sum(per_gpu.values()))} on {label} {gpus}")
     more = len(ranked) - _MAX_HOLDERS
     tail = f", and {more} more" if more > 0 else ""
-    return " Now on this host: " + "; ".join(named) + tail + "."
+    where = "on its GPUs" if own else "on this host"
+    return f" Now {where}: " + "; ".join(named) + tail + "."
 
 
 def hint_for(crash: CrashInfo, context: HintContext | None = None) -> Hint:

@@ -199,7 +199,7 @@ def test_crash_hint_names_the_other_gpu_processes() -> None:
     assert crash["hint"] == (
         "GPU cuda:0 had 10.00 GiB free of 80.00 GiB; `--gpu-memory-utilization 0.90` wants "
         "72.00 GiB: other processes hold the rest. Stop them, or lower "
-        "`--gpu-memory-utilization` to 0.12 or less. Now on this host: jupyter.service "
+        "`--gpu-memory-utilization` to 0.12 or less. Now on its GPUs: jupyter.service "
         "(pid 4242) holds 69.0 GiB on GPU 0."
     )
     status = status_document(monitor.latest)

@@ -245,12 +245,44 @@ class TestGpuContext:
         assert "lower `--gpu-memory-utilization` to 0.13 or less" in hint.text
         assert "Now on this host" not in hint.text  # no GPU data: nothing made up
 
-    def test_other_processes_are_named_largest_first(self) -> None:
-        """The GPU collector's processes, but the crashed unit's own, summed per process."""
+    def test_only_the_units_gpus_are_named_when_known(self) -> None:
+        """The unit's processes are on GPU 0: a process on GPU 1 alone is not named (the
+        demo's hint listed every process of an 8-GPU host for a one-GPU unit)."""
         context = HintContext(
             "vllm-a.service",
             (
                 GpuProcessUsage(100, 0, 2 * GIB, "vllm-a.service"),
+                GpuProcessUsage(200, 0, 30 * GIB, "jupyter.service"),
+                GpuProcessUsage(200, 1, 30 * GIB, "jupyter.service"),
+                GpuProcessUsage(400, 1, 1 * GIB, "vllm-b.service"),
+            ),
+        )
+        hint = hint_for(crash(C.GPU_MEMORY_IN_USE, self.MESSAGE, "ValueError"), context)
+        assert hint.text.endswith(
+            " Now on its GPUs: jupyter.service (pid 200) holds 30.0 GiB on GPU 0."
+        )
+        assert "pid 100" not in hint.text  # its own
+
+    def test_the_gpus_it_used_at_start_count_as_its_gpus(self) -> None:
+        """No process of the unit now (it crashed): the GPUs its incarnation used at start."""
+        context = HintContext(
+            "vllm-a.service",
+            (
+                GpuProcessUsage(200, 2, 30 * GIB, "jupyter.service"),
+                GpuProcessUsage(400, 1, 1 * GIB, "vllm-b.service"),
+            ),
+            held_by_others_at_start={"inv": {2: 30 * GIB}},
+        )
+        hint = hint_for(crash(C.GPU_MEMORY_IN_USE, self.MESSAGE, "ValueError"), context)
+        assert "Now on its GPUs: jupyter.service (pid 200) holds 30.0 GiB on GPU 2." in hint.text
+        assert "vllm-b" not in hint.text
+
+    def test_other_processes_are_named_largest_first(self) -> None:
+        """Nothing tells the unit's GPUs (no process of its own, no start reading): the GPU
+        collector's processes on the whole host, summed per process."""
+        context = HintContext(
+            "vllm-a.service",
+            (
                 GpuProcessUsage(200, 0, 30 * GIB, "jupyter.service"),
                 GpuProcessUsage(200, 1, 30 * GIB, "jupyter.service"),
                 GpuProcessUsage(300, 0, 8 * GIB, None),

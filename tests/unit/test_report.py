@@ -114,7 +114,7 @@ class TestStatus:
         hint = llama["last_crash"]["hint"]
         assert hint["rule"] == "oom_allocation"
         assert hint["text"].endswith(
-            "Now on this host: jupyter.service (pid 4242) holds 70.0 GiB on GPU 0."
+            "Now on its GPUs: jupyter.service (pid 4242) holds 70.0 GiB on GPU 0."
         )
         assert unit_to_json(host.units[0], HintContext("x"))["last_crash"]["hint"] != hint
 

@@ -14,8 +14,12 @@ the vocabulary of those lines, one table row per *shape* of line (never one log'
 * **exit** — the process manager's word: a shell's job notice (``./serve.sh: line 12:  4242
   Killed  python -m vllm…``, a bare ``Killed``, ``Segmentation fault (core dumped)``), a
   container runtime's ``exited with code 137``, ``kubectl``'s ``command terminated with exit
-  code``, CPython's ``Fatal Python error: Segmentation fault``. These end the incarnation, in
-  any phase: the process is gone.
+  code``, CPython's ``Fatal Python error: Segmentation fault``; a batch scheduler's (Slurm's
+  ``*** JOB N ON host CANCELLED AT … DUE TO TIME LIMIT ***`` and srun's task report, PBS's
+  ``=>> PBS: job killed: walltime …``, LSF's ``TERM_RUNLIMIT``). These end the incarnation, in
+  any phase: the process is gone. A scheduler's time limit, preemption, requeue or cancel is
+  the operator's scheduler stopping the job (``outcome`` stopped); a node failure, a memory
+  limit or a signal is a crash.
 
 Where a row's cause depends on what the line says (the reason of a CUDA failure), ``cause`` is
 ``None`` and the reason is classified by ``causes.classify_exception``, so every accelerator's
@@ -68,6 +72,9 @@ class FailureLine:
         fallback: the cause when ``cause`` is ``None`` and the reason matches no rule.
         recognized: the line belongs to vLLM's stack (vLLM itself, torch's C++, NCCL): a log
             whose only lines are of this shape is still a vLLM log in ``replay``.
+        outcome: how an ``ENDS`` row ends the incarnation when its line gives no signal word
+            or exit status: ``CRASHED``, or ``STOPPED`` for a scheduler's stop (time limit,
+            cancel).
     """
 
     name: str
@@ -79,6 +86,7 @@ class FailureLine:
     example: str
     fallback: CrashCause = CrashCause.UNKNOWN
     recognized: bool = False
+    outcome: Outcome = Outcome.CRASHED
     regex: re.Pattern[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -265,6 +273,113 @@ FAILURE_LINES: tuple[FailureLine, ...] = (
         "docker compose (`<service> exited with code N`), kubectl exec/logs",
         "vllm-1 exited with code 137",
     ),
+    # --- exit: batch schedulers (the job's process ended by its scheduler) -----------------
+    FailureLine(
+        "slurm_cancelled",
+        r"^(?:\S+: (?:error: )?)?\*\*\* (?:JOB|STEP) [\w.+]+ (?:ON \S+ )?CANCELLED AT \S+"
+        r"(?: DUE TO (?:TIME LIMIT|PREEMPTION|JOB REQUEUE))? \*\*\*",
+        None,
+        _K.SIGNAL,
+        _E.ENDS,
+        "Slurm src/slurmd/slurmstepd/req.c (time limit, preemption, requeue, scancel) and "
+        "srun's step timeout, every release since 2.x",
+        "slurmstepd: error: *** JOB 5858 ON gpuh05 CANCELLED AT 2025-12-21T02:31:17 DUE TO "
+        "TIME LIMIT ***",
+        outcome=Outcome.STOPPED,
+    ),
+    FailureLine(
+        "slurm_node_failure",
+        r"^(?:\S+: (?:error: )?)?\*\*\* (?:JOB|STEP) [\w.+]+ (?:ON \S+ )?(?P<reason>CANCELLED "
+        r"AT \S+ DUE TO NODE FAILURE|FAILED \(non-zero exit code|UNCORRECTABLE MEMORY ERROR)",
+        _C.KILLED,
+        _K.SIGNAL,
+        _E.ENDS,
+        "Slurm src/slurmd/slurmstepd/req.c (node failure, step failure, uncorrectable memory "
+        "error)",
+        "slurmstepd: error: *** JOB 77 ON gpu3 CANCELLED AT 2025-02-02T02:02:02 DUE TO NODE "
+        "FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***",
+    ),
+    FailureLine(
+        "slurm_oom_kill",
+        r"^(?:\S+: (?:error: )?)?Detected \d+ oom[_-]kill event",
+        _C.HOST_OOM,
+        _K.REAL,
+        _E.ENDS,
+        "Slurm task/cgroup plugin at step end (cgroup v1 `oom-kill event(s) in step`, v2 "
+        "`oom_kill event in StepId=`)",
+        "slurmstepd: error: Detected 1 oom_kill event in StepId=4242.batch. Some of the step "
+        "tasks have been OOM Killed.",
+    ),
+    FailureLine(
+        "srun_task_oom",
+        r"^srun: error: \S+: tasks? [\d,-]+: Out Of Memory$",
+        _C.HOST_OOM,
+        _K.REAL,
+        _E.ENDS,
+        "Slurm srun launch plugin _task_finish (`%s: %s %s: Out Of Memory`)",
+        "srun: error: node3: task 0: Out Of Memory",
+    ),
+    FailureLine(
+        "srun_task_exit",
+        r"^srun: error: \S+: tasks? [\d,-]+: (?:Exited with exit code (?P<code>\d{1,3})|"
+        r"(?P<reason>" + _SIGNAL_WORDS + r")(?: \(core dumped\))?)$",
+        _C.KILLED,
+        _K.SIGNAL,
+        _E.ENDS,
+        "Slurm srun launch plugin _task_finish (`%s: %s %s: %s%s` with strsignal, `Exited with "
+        "exit code %d`)",
+        "srun: error: gpu-a-12: task 1: Killed",
+    ),
+    FailureLine(
+        "pbs_time_limit",
+        r"^(?:=>> )?PBS: job killed: (?:walltime|cput) \d+ exceeded limit \d+",
+        None,
+        _K.SIGNAL,
+        _E.ENDS,
+        "OpenPBS / Torque pbs_mom (mom_main.c: a job over its walltime or CPU time limit)",
+        "=>> PBS: job killed: walltime 7236 exceeded limit 7200",
+        outcome=Outcome.STOPPED,
+    ),
+    FailureLine(
+        "pbs_memory_limit",
+        r"^(?:=>> )?PBS: job killed: [pv]?mem \d+\w* exceeded limit",
+        _C.HOST_OOM,
+        _K.REAL,
+        _E.ENDS,
+        "OpenPBS / Torque pbs_mom (a job over its mem/vmem/pmem limit)",
+        "=>> PBS: job killed: mem 33554432kb exceeded limit 16777216kb",
+    ),
+    FailureLine(
+        "lsf_stop",
+        r"^TERM_(?:RUNLIMIT|CPULIMIT|OWNER|PREEMPT|REQUEUE_OWNER|REQUEUE_ADMIN|ADMIN|"
+        r"FORCE_OWNER|FORCE_ADMIN|DEADLINE|WINDOW): job killed\b",
+        None,
+        _K.SIGNAL,
+        _E.ENDS,
+        "IBM Spectrum LSF job report (lsb.events TERM_* exit reasons: limits, owner, admin)",
+        "TERM_RUNLIMIT: job killed after reaching LSF run time limit.",
+        outcome=Outcome.STOPPED,
+    ),
+    FailureLine(
+        "lsf_memory_limit",
+        r"^TERM_(?:MEMLIMIT|SWAP): job killed\b",
+        _C.HOST_OOM,
+        _K.REAL,
+        _E.ENDS,
+        "IBM Spectrum LSF job report (memory or swap limit)",
+        "TERM_MEMLIMIT: job killed after reaching LSF memory usage limit.",
+    ),
+    FailureLine(
+        "lsf_exit",
+        r"^Exited with (?:signal termination: (?P<reason>" + _SIGNAL_WORDS + r"|\d+)|exit code "
+        r"(?P<code>\d{1,3}))\.$",
+        _C.KILLED,
+        _K.SIGNAL,
+        _E.ENDS,
+        "IBM Spectrum LSF job report (lsf sbatchd: `Exited with signal termination: %s`, "
+        "strsignal)",
+        "Exited with signal termination: Killed.",
+    ),
     FailureLine(
         "vllm_not_installed",
         r"^\S*python[\d.]*: (?:Error while finding module specification for '(?:vllm[\w.]*)' "
@@ -297,7 +412,8 @@ FAILURE_LINES: tuple[FailureLine, ...] = (
 _LINE_START: Final = re.compile(
     r"\s*what\(\)|terminate called|Failed[:,] |\[?rank\d+\]:\[E|\[E\d|(?:CUDA|HIP|cuda|hip) "
     r"error: |Synapse detected|collect2:|ninja:|FAILED: |error: command|nvcc fatal|\[\d+\][+-]? "
-    r"|(?:\d+ +)?(?:" + _SIGNAL_WORDS + r")|command terminated|Fatal Python error"
+    r"|(?:\d+ +)?(?:" + _SIGNAL_WORDS + r")|command terminated|Fatal Python error|srun: error: "
+    r"|(?:=>> )?PBS: job killed|TERM_|Exited with "
 )
 
 
@@ -313,6 +429,9 @@ def _may_fail(body: str) -> bool:
         or "cannot find -l" in body
         or "module specification" in body
         or "No module named" in body
+        or "*** JOB " in body
+        or "*** STEP " in body
+        or "kill event" in body
     )
 
 
@@ -352,7 +471,7 @@ def classify_failure_line(body: str) -> FailureMatch | None:
             cause, outcome = signal_cause(int(code_text))
             return FailureMatch(row, cause, outcome, body)
         reason = groups.get("reason")
-        if row.effect is Effect.ENDS and reason in _STOP_WORDS:
+        if row.effect is Effect.ENDS and (reason in _STOP_WORDS or row.outcome is Outcome.STOPPED):
             return FailureMatch(row, CrashCause.UNKNOWN, Outcome.STOPPED, body)
         if row.cause is not None:
             return FailureMatch(row, row.cause, Outcome.CRASHED, body)

@@ -45,13 +45,14 @@ set's brief: 12 to 16)."""
 MINIMUM_LABELS = {"validation": 50, "holdout": 50, "fresh": 40}
 """Confident labels a set must hold (the fresh set's excerpts carry fewer confident labels)."""
 
-BELOW_BAR = {"fresh": 37}
-"""Sets held to their first-run score instead of the bar: set -> confident labels right then.
+BELOW_BAR = {"fresh": 38}
+"""Sets held to their recorded score instead of the bar: set -> confident labels right then.
 
 The fresh set scored 37 of 45 (82.2 %) on its first run, below the 95 % bar; every miss and its
 class are in ``tests/golden/fresh/README.md`` ("First run"). Its labels are never changed after
 that run and no engine rule may be tuned to its lines, so the bar is not asserted for it until the
-lead has decided on the classes it missed; it may not get worse than the first run meanwhile.
+lead has decided on the classes it missed; it may not get worse than its last recorded score
+(raised as classes of its misses are fixed in general: README "After fixes").
 """
 
 OUTCOME = {

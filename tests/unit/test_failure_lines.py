@@ -563,3 +563,115 @@ class TestHoldoutClasses:
         )
         assert unit.current is not None and unit.current.outcome is Outcome.CRASHED
         assert unit.last_crash is not None and unit.last_crash.cause is cause
+
+
+class TestBatchSchedulers:
+    """A batch scheduler's word ends the job's process (issue 10 class 5, fresh set class A).
+
+    Lines from the schedulers' format strings: Slurm ``src/slurmd/slurmstepd/req.c``
+    (``*** %s ON %s CANCELLED AT %s DUE TO … ***``, ``Detected %u oom_kill event``) and srun's
+    task report (``%s: %s %s: %s%s`` with strsignal, ``Exited with exit code %d``, ``Out Of
+    Memory``), OpenPBS/Torque pbs_mom (``=>> PBS: job killed: walltime %ld exceeded limit %ld``)
+    and LSF's job report (``TERM_RUNLIMIT: job killed after reaching LSF run time limit.``).
+    A time limit, preemption, requeue or cancel is the operator's scheduler stopping the job: a
+    stop. A node failure, a memory limit or a task killed by a signal is a crash.
+    """
+
+    READY = TestProcessManagersWord.READY
+
+    @pytest.mark.parametrize(
+        "line",
+        [
+            "slurmstepd: error: *** JOB 1234567 ON gpu-node-17 CANCELLED AT 2024-03-02T11:04:55 "
+            "DUE TO TIME LIMIT ***",
+            "slurmstepd: error: *** STEP 4242.0 ON a100-03 CANCELLED AT 2025-06-01T08:00:01 DUE "
+            "TO PREEMPTION ***",
+            "slurmstepd: error: *** JOB 991 ON n1 CANCELLED AT 2025-01-01T00:00:00 DUE TO JOB "
+            "REQUEUE ***",
+            "slurmstepd: error: *** JOB 31337 ON node042 CANCELLED AT 2024-11-05T16:22:10 ***",
+            "srun: error: *** STEP 812.0 CANCELLED AT 2019-07-01T10:00:00 DUE TO TIME LIMIT ***",
+            "srun: error: gpu01: task 0: Terminated",
+            "=>> PBS: job killed: walltime 7236 exceeded limit 7200",
+            "PBS: job killed: walltime 50 exceeded limit 30",
+            "TERM_RUNLIMIT: job killed after reaching LSF run time limit.",
+            "TERM_OWNER: job killed by owner.",
+            "Exited with signal termination: Terminated.",
+        ],
+    )
+    def test_a_limit_or_cancel_is_a_stop(self, line: str) -> None:
+        found = classify_failure_line(line)
+        assert found is not None
+        assert (found.outcome, found.row.effect) == (Outcome.STOPPED, Effect.ENDS)
+
+    @pytest.mark.parametrize(
+        ("line", "cause"),
+        [
+            (
+                "slurmstepd: error: *** JOB 77 ON gpu3 CANCELLED AT 2025-02-02T02:02:02 DUE TO "
+                "NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***",
+                C.KILLED,
+            ),
+            ("srun: error: gpu-a-12: task 1: Killed", C.KILLED),
+            ("srun: error: node3: tasks 0-3: Segmentation fault (core dumped)", C.KILLED),
+            ("srun: error: node3: task 0: Out Of Memory", C.HOST_OOM),
+            ("srun: error: node3: task 0: Exited with exit code 1", C.UNKNOWN),
+            (
+                "slurmstepd: error: Detected 1 oom_kill event in StepId=4242.batch. Some of the "
+                "step tasks have been OOM Killed.",
+                C.HOST_OOM,
+            ),
+            (
+                "slurmstepd: error: Detected 2 oom-kill event(s) in step 4242.0 cgroup. Some of "
+                "your processes may have been killed by the cgroup out-of-memory handler.",
+                C.HOST_OOM,
+            ),
+            ("=>> PBS: job killed: mem 33554432kb exceeded limit 16777216kb", C.HOST_OOM),
+            ("=>> PBS: job killed: vmem 40000000000b exceeded limit 34359738368b", C.HOST_OOM),
+            ("TERM_MEMLIMIT: job killed after reaching LSF memory usage limit.", C.HOST_OOM),
+            ("Exited with signal termination: Killed.", C.KILLED),
+        ],
+    )
+    def test_a_node_failure_or_memory_limit_is_a_crash(self, line: str, cause: CrashCause) -> None:
+        found = classify_failure_line(line)
+        assert found is not None
+        assert (found.cause, found.outcome, found.row.effect) == (
+            cause,
+            Outcome.CRASHED,
+            Effect.ENDS,
+        )
+
+    @pytest.mark.parametrize(
+        "line",
+        [
+            "slurmstepd: error: couldn't chdir to `/home/user': No such file or directory",
+            "srun: Job step created",
+            "INFO 05-01 10:00:00 [api_server.py:1] CANCELLED AT the user's request",
+            "TERM_ something else",
+        ],
+    )
+    def test_other_scheduler_lines_end_nothing(self, line: str) -> None:
+        assert classify_failure_line(line) is None
+
+    def test_time_limit_after_ready_is_a_stop(self) -> None:
+        unit = _replay(
+            [
+                *self.READY,
+                "slurmstepd: error: *** JOB 1234567 ON gpu-node-17 CANCELLED AT "
+                "2026-05-01T12:00:00 DUE TO TIME LIMIT ***",
+            ]
+        )
+        current = unit.current
+        assert current is not None and current.outcome is Outcome.STOPPED
+        assert current.furthest_phase is Phase.READY
+        assert unit.last_crash is None
+
+    def test_node_failure_after_ready_is_a_crash(self) -> None:
+        line = (
+            "slurmstepd: error: *** STEP 77.0 ON gpu3 CANCELLED AT 2026-05-01T12:00:00 DUE TO "
+            "NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***"
+        )
+        unit = _replay([*self.READY, line])
+        current = unit.current
+        assert current is not None and current.outcome is Outcome.CRASHED
+        assert current.crash is not None and current.crash.cause is C.KILLED
+        assert current.crash.message == line

@@ -15,6 +15,13 @@ vLLM 0.32+ can log JSON (``--logging-config.formatter json``, python-json-logger
 ``asctime levelname name processName process message``, ``exc_info`` for a traceback): the
 ``asctime`` becomes the stamp, a traceback stays in the body after ``\\n``.
 
+torch.distributed (seen in logs of vLLM 0.5 → current) prefixes the stderr lines of a process
+in a process group with its global rank, ``[rankN]:`` (c10's log prefix on its C++ lines,
+``[rank0]:[W… ProcessGroupNCCL.cpp:…]``, and the same prefix on Python's traceback and exception
+lines, ``[rank0]: KeyboardInterrupt``): a wrapper, stripped after vLLM's process prefix so the
+line beneath reads as if unprefixed (``TORCH_RANK_PREFIX``). The rank is a global rank, not the
+tensor-parallel one: not kept.
+
 ``parse_line`` undoes all of that and returns a ``LineAnatomy``; it never raises.
 """
 
@@ -30,6 +37,7 @@ import orjson
 
 __all__ = [
     "LEVELS",
+    "TORCH_RANK_PREFIX",
     "LineAnatomy",
     "LineKind",
     "Role",
@@ -102,6 +110,11 @@ _HEADER: Final = re.compile(
 )
 _UVICORN: Final = re.compile(r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL):\s+")
 _RANK: Final = re.compile(r"(?:rank=|TP)(\d{1,4})")
+TORCH_RANK_PREFIX: Final = re.compile(r"\[rank\d{1,6}\]: ?")
+"""torch.distributed's rank prefix (vLLM 0.5 → current logs); examples:
+``[rank0]: Traceback (most recent call last):``, ``[rank1]:[W1110 01:25:11.637762572
+compiler_depend.ts:62] Warning: …`` (shared corpus)."""
+_TORCH_RANK_MATCH: Final = TORCH_RANK_PREFIX.match
 _STAMP_LENGTH: Final = len("MM-DD HH:MM:SS")
 
 _ROLE_RULES: Final[tuple[tuple[re.Pattern[str], Role], ...]] = (
@@ -268,6 +281,10 @@ def parse_line(line: str) -> LineAnatomy:
         if name:
             role, rank = found_role, found_rank
         position += length
+    if line.startswith("[rank", position):
+        torch_rank = _TORCH_RANK_MATCH(line, position)
+        if torch_rank is not None:
+            position = torch_rank.end()
     first = line[position : position + 1]
     level_word = _LEVEL_BY_FIRST.get(first)
     after = position + len(level_word) if level_word is not None else 0

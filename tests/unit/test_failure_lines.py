@@ -675,3 +675,44 @@ class TestBatchSchedulers:
         assert current is not None and current.outcome is Outcome.CRASHED
         assert current.crash is not None and current.crash.cause is C.KILLED
         assert current.crash.message == line
+
+
+class TestTorchRankPrefix:
+    """A rank's lines under torch's ``[rankN]:`` prefix read as the lines beneath (class B)."""
+
+    READY = TestProcessManagersWord.READY
+
+    def test_prefixed_ctrl_c_after_ready_is_a_stop(self) -> None:
+        unit = _replay(
+            [
+                *self.READY,
+                "[rank0]: Traceback (most recent call last):",
+                '[rank0]:   File "/usr/lib/python3.12/asyncio/runners.py", line 118, in run',
+                "[rank0]:     return self._loop.run_until_complete(task)",
+                "[rank0]: KeyboardInterrupt",
+                "ERROR 05-01 10:06:00 multiproc_worker_utils.py:120] Worker VllmWorkerProcess pid "
+                "4243 died, exit code: -15",
+                "INFO 05-01 10:06:00 multiproc_worker_utils.py:123] Killing local vLLM worker "
+                "processes",
+            ]
+        )
+        current = unit.current
+        assert current is not None and current.outcome is Outcome.STOPPED
+        assert current.furthest_phase is Phase.READY and unit.last_crash is None
+
+    def test_prefixed_traceback_during_startup_is_the_crash(self) -> None:
+        unit = _replay(
+            [
+                "INFO 05-01 10:00:00 [api_server.py:1043] vLLM API server version 0.6.1",
+                "[rank0]: Traceback (most recent call last):",
+                '[rank0]:   File "/usr/lib/python3/dist-packages/vllm/worker/worker.py", line 9, '
+                "in load_model",
+                "[rank0]:     self.model_runner.load_model()",
+                "[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. "
+                "GPU 0 has a total capacity of 79.10 GiB of which 1.2 GiB is free.",
+            ]
+        )
+        current = unit.current
+        assert current is not None and current.outcome is Outcome.CRASHED
+        assert current.crash is not None and current.crash.cause is C.CUDA_OOM
+        assert current.crash.exception == "torch.OutOfMemoryError"

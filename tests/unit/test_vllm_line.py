@@ -138,3 +138,52 @@ class TestCarriageReturns:
             collapse_carriage_returns("    \rCapturing CUDA graphs: 100%")
             == "Capturing CUDA graphs: 100%"
         )
+
+
+class TestTorchRankPrefix:
+    """torch.distributed (2.2+) prefixes a rank's stderr lines with ``[rankN]:``: a wrapper.
+
+    The line beneath is read as if unprefixed (fresh set class B); lines from the shared
+    corpus's ``[rank0]:[W… ProcessGroupNCCL.cpp:…]`` warnings and the traceback shape vLLM
+    issues show under torch 2.4+.
+    """
+
+    @pytest.mark.parametrize(
+        ("line", "body"),
+        [
+            ("[rank0]: Traceback (most recent call last):", "Traceback (most recent call last):"),
+            (
+                '[rank3]:   File "/usr/lib/python3/dist-packages/vllm/worker/worker.py", line 9',
+                '  File "/usr/lib/python3/dist-packages/vllm/worker/worker.py", line 9',
+            ),
+            (
+                "[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+                "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+            ),
+            (
+                "[rank0]:[W222 06:35:27.321548260 ProcessGroupNCCL.cpp:1524] Warning: WARNING: "
+                "destroy_process_group() was not called before program exit",
+                "[W222 06:35:27.321548260 ProcessGroupNCCL.cpp:1524] Warning: WARNING: "
+                "destroy_process_group() was not called before program exit",
+            ),
+            ("[rank12]: SystemExit: 15", "SystemExit: 15"),
+        ],
+    )
+    def test_the_prefix_is_stripped(self, line: str, body: str) -> None:
+        parsed = parse_line(line)
+        assert (parsed.body, parsed.kind) == (body, LineKind.RAW)
+
+    def test_after_vllms_process_prefix(self) -> None:
+        parsed = parse_line("(VllmWorkerProcess pid=4242) [rank1]: RuntimeError: NCCL error")
+        assert (parsed.body, parsed.pid, parsed.role) == (
+            "RuntimeError: NCCL error",
+            4242,
+            Role.WORKER,
+        )
+
+    @pytest.mark.parametrize(
+        "line",
+        ["[rank0] training step 5", "[ranking]: top-5", "rank0]: KeyboardInterrupt"],
+    )
+    def test_other_brackets_are_kept(self, line: str) -> None:
+        assert parse_line(line).body == line

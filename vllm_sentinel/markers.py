@@ -32,14 +32,17 @@ from vllm_sentinel.phases import Phase
 from vllm_sentinel.vllm_line import LineKind
 
 __all__ = [
+    "CRASH_REPORTERS",
     "MARKERS",
     "SYSTEMD_MARKERS",
+    "CrashReporter",
     "Event",
     "Marker",
     "MarkerMatch",
     "MarkerMatcher",
     "SystemdEvent",
     "SystemdMarker",
+    "crash_reporter",
     "match_systemd",
 ]
 
@@ -920,6 +923,93 @@ class MarkerMatcher:
                     return fixed
                 return _new_match(MarkerMatch, (marker, found.groupdict()))
         return None
+
+
+# --- crash reporters: where vLLM logs the traceback of a dying process ----------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CrashReporter:
+    """A vLLM file that logs the traceback of its dying process (``logger.exception``).
+
+    Every line of such a traceback carries ``ERROR … [<file>:<line>]``, so its frames name the
+    reporter even when the excerpt (or the journal window) cut off the message before them
+    (``EngineCore failed to start.``) and the exception line after them. During startup, an
+    ERROR traceback of a reporter is the process dying, with or without header and end.
+
+    Attributes:
+        file: the file name as vLLM's header shows it (``core.py``).
+        path: the module in vLLM's tree.
+        fatal: the messages it logs before the traceback of a dying process (regex, for docs
+            and tests; the rule does not need them: they are often cut off).
+        handled: messages the same file logs before a traceback it survives (regex): a
+            traceback whose context line says so is not a crash.
+        versions: vLLM releases whose source logs so.
+        example: a real frame line under the reporter's header.
+    """
+
+    file: str
+    path: str
+    fatal: str
+    handled: str | None
+    versions: str
+    example: str
+    handled_regex: re.Pattern[str] | None = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        regex = re.compile(self.handled) if self.handled is not None else None
+        object.__setattr__(self, "handled_regex", regex)
+
+    def survives(self, context: str | None) -> bool:
+        """True when ``context`` (the line before the traceback) is a handled error's."""
+        regex = self.handled_regex
+        return context is not None and regex is not None and regex.match(context) is not None
+
+
+CRASH_REPORTERS: tuple[CrashReporter, ...] = (
+    CrashReporter(
+        "core.py",
+        "vllm/v1/engine/core.py (EngineCoreProc.run_engine_core)",
+        r"^(?:EngineCore failed to start\.|EngineCore encountered a fatal error\.|EngineCore hit "
+        r"an exception)",
+        r"^Invocation of \S+ method failed",  # a client's utility call failed; it serves on
+        "0.7.0–0.33.0 (`EngineCore hit an exception: %s` 0.7.0–0.8.0)",
+        'ERROR 04-29 13:23:34 [core.py:396]   File "/usr/lib/python3/dist-packages/vllm/v1/'
+        'engine/core.py", line 156, in _initialize_kv_caches',
+    ),
+    CrashReporter(
+        "multiproc_executor.py",
+        "vllm/v1/executor/multiproc_executor.py (WorkerProc.worker_main, worker_busy_loop)",
+        r"^WorkerProc (?:failed to start\.|hit an exception)",
+        None,
+        "0.7.0–0.33.0",
+        "(VllmWorker rank=1 pid=88) ERROR 05-10 16:00:15 [multiproc_executor.py:470]   File "
+        '"/usr/lib/python3/dist-packages/vllm/v1/worker/gpu_worker.py", line 205, in '
+        "determine_available_memory",
+    ),
+    CrashReporter(
+        "multiproc_worker_utils.py",
+        "vllm/executor/multiproc_worker_utils.py (V0 _run_worker_process)",
+        r"^Exception in worker \S+ while processing method \w+",
+        None,
+        "0.4.3–0.10.2 (V0)",
+        "(VllmWorkerProcess pid=25756) ERROR 03-25 12:23:00 [multiproc_worker_utils.py:238]   "
+        'File "/usr/lib/python3/dist-packages/vllm/worker/model_runner.py", line 1654, in '
+        "execute_model",
+    ),
+)
+"""vLLM's crash reporters, one row per file (``tracker`` asks ``crash_reporter``)."""
+
+_REPORTERS_BY_FILE: Final[Mapping[str, CrashReporter]] = MappingProxyType(
+    {reporter.file: reporter for reporter in CRASH_REPORTERS}
+)
+
+
+def crash_reporter(source: str | None) -> CrashReporter | None:
+    """The crash reporter a header's ``file.py:123`` names, or ``None``."""
+    if source is None:
+        return None
+    return _REPORTERS_BY_FILE.get(source.rpartition(":")[0].rpartition("/")[2])
 
 
 # --- systemd (the service manager) and the kernel, about the unit --------------------------

@@ -61,6 +61,7 @@ from vllm_sentinel.markers import (
     MarkerMatch,
     MarkerMatcher,
     SystemdEvent,
+    crash_reporter,
     match_systemd,
 )
 from vllm_sentinel.phases import STARTUP_PHASES, Outcome, Phase
@@ -436,8 +437,11 @@ class UnitTracker:
         if started:
             if not has_header:
                 self._on_uncaught_traceback(incarnation, pid, time)
-            elif level in _ERROR_LEVELS and self._last_error:
-                self._stand_in(incarnation, pid, kind, role, time)
+            elif level in _ERROR_LEVELS:
+                if self._last_error:
+                    self._stand_in(incarnation, pid, kind, role, time)
+                if source is not None:
+                    self._on_reported_traceback(incarnation, pid, source)
         if exception is not None:
             if self._stand_ins and not exception.chained:
                 self._drop_stand_in(pid)
@@ -763,6 +767,18 @@ class UnitTracker:
             return
         context = self._tracebacks.context_of(pid) or ""
         if context.startswith(_NOT_PROCESS_DEATH) or incarnation.phase not in _STARTUP:
+            return
+        incarnation.mark_fatal(proven=False)
+
+    def _on_reported_traceback(
+        self, incarnation: Incarnation, pid: int | None, source: str
+    ) -> None:
+        """A logged ERROR traceback began: from a crash reporter during startup, a process is
+        dying (``markers.CRASH_REPORTERS``), even when its header and exception are cut off."""
+        if incarnation.ended or incarnation.stop_requested or incarnation.phase not in _STARTUP:
+            return
+        reporter = crash_reporter(source)
+        if reporter is None or reporter.survives(self._tracebacks.context_of(pid)):
             return
         incarnation.mark_fatal(proven=False)
 

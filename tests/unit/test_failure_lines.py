@@ -6,13 +6,17 @@ NCCL's format strings (file named), or as the issue quotes them from real report
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from vllm_sentinel.causes import CrashCause, classify_exception
 from vllm_sentinel.failure_lines import FAILURE_LINES, Effect, classify_failure_line
+from vllm_sentinel.markers import CRASH_REPORTERS, CrashReporter, crash_reporter
 from vllm_sentinel.phases import Outcome, Phase
 from vllm_sentinel.replay import replay
 from vllm_sentinel.snapshot import UnitSnapshot
+from vllm_sentinel.vllm_line import parse_line
 
 C = CrashCause
 
@@ -716,3 +720,78 @@ class TestTorchRankPrefix:
         assert current is not None and current.outcome is Outcome.CRASHED
         assert current.crash is not None and current.crash.cause is C.CUDA_OOM
         assert current.crash.exception == "torch.OutOfMemoryError"
+
+
+class TestCrashReporterFrames:
+    """A crash reporter's logged traceback seen only by its frames (fresh set class C).
+
+    vLLM's crash reporters log a traceback with ``logger.exception`` when their process is
+    dying; every line carries ``ERROR … [file:line]``. An excerpt (or a journal window) may hold
+    only frames: the header (``EngineCore failed to start.``) before it and the exception after
+    it cut off. During startup such frames are the crash (``markers.CRASH_REPORTERS``).
+    """
+
+    @staticmethod
+    def _frames(prefix: str, header: str) -> list[str]:
+        return [
+            f'{prefix}{header}  File "/usr/lib/python3/dist-packages/vllm/v1/worker/'
+            'gpu_worker.py", line 205, in determine_available_memory',
+            f"{prefix}{header}    self.model_runner.profile_run()",
+            f'{prefix}{header}  File "/usr/lib/python3/dist-packages/vllm/v1/worker/'
+            'gpu_model_runner.py", line 1548, in _dummy_sampler_run',
+        ]
+
+    @pytest.mark.parametrize(
+        ("prefix", "header"),
+        [
+            # V1 EngineCore (vllm/v1/engine/core.py run_engine_core), 0.8.5 and 0.10+ formats
+            ("", "ERROR 05-10 16:00:15 [core.py:396]"),
+            ("(EngineCore_DP0 pid=412) ", "ERROR 09-20 10:00:09 [core.py:708]"),
+            # V1 WorkerProc (vllm/v1/executor/multiproc_executor.py)
+            ("(VllmWorker rank=1 pid=88) ", "ERROR 05-10 16:00:15 [multiproc_executor.py:470]"),
+            # V0 worker (vllm/executor/multiproc_worker_utils.py), the pre-0.8 header
+            ("(VllmWorkerProcess pid=7) ", "ERROR 08-01 10:00:03 multiproc_worker_utils.py:226]"),
+        ],
+    )
+    def test_frames_only_during_startup_are_a_crash(self, prefix: str, header: str) -> None:
+        unit = _replay(
+            [
+                "INFO 05-10 16:00:00 [api_server.py:1043] vLLM API server version 0.8.5",
+                *self._frames(prefix, header + " "),
+            ]
+        )
+        current = unit.current
+        assert current is not None and current.outcome is Outcome.CRASHED
+
+    def test_another_files_logged_frames_are_not(self) -> None:
+        unit = _replay(
+            [
+                "INFO 05-10 16:00:00 [api_server.py:1043] vLLM API server version 0.8.5",
+                *self._frames("", "ERROR 05-10 16:00:15 [serving_chat.py:200] "),
+            ]
+        )
+        assert unit.current is not None and unit.current.outcome is not Outcome.CRASHED
+
+    def test_after_ready_a_reporter_file_may_log_a_handled_error(self) -> None:
+        # core.py also logs a failed utility call (``Invocation of %s method failed``) with
+        # logger.exception and serves on: after ready, frames alone are no crash.
+        unit = _replay(
+            [
+                *TestProcessManagersWord.READY,
+                *self._frames("(EngineCore_DP0 pid=412) ", "ERROR 05-01 10:06:00 [core.py:780] "),
+            ]
+        )
+        assert unit.current is not None and unit.current.outcome is Outcome.READY
+
+    @pytest.mark.parametrize("row", CRASH_REPORTERS, ids=[row.file for row in CRASH_REPORTERS])
+    def test_each_example_names_its_own_reporter(self, row: CrashReporter) -> None:
+        parsed = parse_line(row.example)
+        assert parsed.level == "ERROR" and parsed.body.startswith('  File "')
+        assert crash_reporter(parsed.source) is row
+        assert row.path.startswith("vllm/") and row.versions and re.compile(row.fatal)
+
+    def test_a_handled_utility_call_is_not_a_crash_report(self) -> None:
+        (core,) = (row for row in CRASH_REPORTERS if row.file == "core.py")
+        assert core.survives("Invocation of sleep method failed")
+        assert not core.survives("EngineCore failed to start.")
+        assert not core.survives(None)

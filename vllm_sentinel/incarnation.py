@@ -17,6 +17,7 @@ crashed, and why, is ``crash.CrashBook``'s.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -45,6 +46,7 @@ __all__ = [
     "parse_int",
     "parse_interval",
     "read_figures",
+    "read_path_version",
     "read_progress_bar",
 ]
 
@@ -292,6 +294,27 @@ FIGURES = MappingProxyType(
     }
 )
 """The figures a marker line carries: where each named group goes, converted to base units."""
+
+
+# The installed vLLM named in a traceback's lines (an excerpt often starts after the version
+# line): an egg or .dist-info/.egg-info directory in a frame's path (setuptools names them
+# ``NAME-VERSION-pyX.Y[-PLATFORM].egg``, ``NAME-VERSION.dist-info``), or the pin of the
+# console script a pip/easy_install wrapper runs (``load_entry_point('vllm==VERSION', …)``).
+# ``vllm_flash_attn-…``, ``vllm-ascend-…`` and a checkout named ``vllm-0.6.3/`` do not match.
+_PACKAGE_VERSION: Final = re.compile(
+    r"[/\\]vllm-(?P<ver>\d+\.\d+[\w.+]*?)(?:-py\d|\.dist-info[/\\]|\.egg-info[/\\])"
+    r"|\bload_entry_point\(['\"]vllm==(?P<pin>\d+\.\d+[\w.+-]*)['\"]"
+)
+
+
+def read_path_version(incarnation: Incarnation, line: str) -> None:
+    """Take the installed vLLM's version from a traceback line's path or entry-point pin,
+    when no version line has given one (``_PACKAGE_VERSION``)."""
+    if incarnation.vllm_version is not None or "vllm" not in line:
+        return
+    found = _PACKAGE_VERSION.search(line)
+    if found is not None:
+        incarnation.vllm_version = (found.group("ver") or found.group("pin"))[:64]
 
 
 def read_figures(incarnation: Incarnation, event: Event, groups: Mapping[str, str | None]) -> None:

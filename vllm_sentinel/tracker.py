@@ -52,6 +52,7 @@ from vllm_sentinel.incarnation import (
     Incarnation,
     parse_int,
     read_figures,
+    read_path_version,
     read_progress_bar,
 )
 from vllm_sentinel.incarnations import Incarnations
@@ -442,6 +443,8 @@ class UnitTracker:
                     self._stand_in(incarnation, pid, kind, role, time)
                 if source is not None:
                     self._on_reported_traceback(incarnation, pid, source)
+        if consumed:
+            read_path_version(incarnation, body)  # a version line may be before the excerpt
         if exception is not None:
             if self._stand_ins and not exception.chained:
                 self._drop_stand_in(pid)

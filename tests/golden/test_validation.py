@@ -45,7 +45,7 @@ set's brief: 12 to 16)."""
 MINIMUM_LABELS = {"validation": 50, "holdout": 50, "fresh": 40}
 """Confident labels a set must hold (the fresh set's excerpts carry fewer confident labels)."""
 
-BELOW_BAR = {"fresh": 40}
+BELOW_BAR = {"fresh": 42}
 """Sets held to their recorded score instead of the bar: set -> confident labels right then.
 
 The fresh set scored 37 of 45 (82.2 %) on its first run, below the 95 % bar; every miss and its

@@ -10,9 +10,9 @@ No compiled module ever lands in the source tree: an editable install (``pip ins
 stays pure Python, so that edits to the ``.py`` files take effect, and ``build_ext --inplace``
 is refused. ``VLLM_SENTINEL_PURE=1`` skips compiling for a regular install too.
 
-``docs/runbook.md`` is copied into the built package as ``vllm_sentinel/runbook.md`` (the
+``docs/runbook.md`` is copied into the built package as ``vllm_sentinel/serve/runbook.md`` (the
 daemon serves it at ``/runbook``), so the file lives once in git; a checkout or an editable
-install reads ``docs/runbook.md`` itself (``vllm_sentinel.runbook``).
+install reads ``docs/runbook.md`` itself (``vllm_sentinel.serve.runbook``).
 """
 
 from __future__ import annotations
@@ -30,24 +30,24 @@ ROOT = Path(__file__).resolve().parent
 RUNBOOK = ROOT / "docs" / "runbook.md"
 
 HOT_PATH = [
-    "vllm_sentinel/record.py",
-    "vllm_sentinel/phases.py",
-    "vllm_sentinel/snapshot.py",
-    "vllm_sentinel/vllm_line.py",
-    "vllm_sentinel/markers.py",
-    "vllm_sentinel/tracebacks.py",
-    "vllm_sentinel/causes.py",
-    "vllm_sentinel/failure_lines.py",
-    "vllm_sentinel/line_buffer.py",
-    "vllm_sentinel/paste.py",
-    "vllm_sentinel/text_log.py",
-    "vllm_sentinel/journal_json.py",
-    "vllm_sentinel/line_clock.py",
-    "vllm_sentinel/seen_cursors.py",
-    "vllm_sentinel/incarnation.py",
-    "vllm_sentinel/crash.py",
-    "vllm_sentinel/incarnations.py",
-    "vllm_sentinel/tracker.py",
+    "vllm_sentinel/engine/decode/record.py",
+    "vllm_sentinel/engine/catalog/phases.py",
+    "vllm_sentinel/engine/snapshot.py",
+    "vllm_sentinel/engine/decode/vllm_line.py",
+    "vllm_sentinel/engine/catalog/markers.py",
+    "vllm_sentinel/engine/tracebacks.py",
+    "vllm_sentinel/engine/catalog/causes.py",
+    "vllm_sentinel/engine/catalog/failure_lines.py",
+    "vllm_sentinel/engine/decode/line_buffer.py",
+    "vllm_sentinel/engine/decode/paste.py",
+    "vllm_sentinel/engine/decode/text_log.py",
+    "vllm_sentinel/engine/decode/journal_json.py",
+    "vllm_sentinel/engine/line_clock.py",
+    "vllm_sentinel/engine/seen_cursors.py",
+    "vllm_sentinel/engine/incarnation.py",
+    "vllm_sentinel/engine/crash.py",
+    "vllm_sentinel/engine/routing.py",
+    "vllm_sentinel/engine/tracker.py",
 ]
 
 # setuptools' commands that build extensions; the others (egg_info, dist_info: metadata, asked
@@ -89,20 +89,20 @@ class BuildExt(build_ext):
 
 
 class BuildPy(build_py):
-    """``build_py`` plus ``docs/runbook.md`` as ``vllm_sentinel/runbook.md``."""
+    """``build_py`` plus ``docs/runbook.md`` as ``vllm_sentinel/serve/runbook.md``."""
 
     def run(self) -> None:
         super().run()
         if getattr(self, "editable_mode", False):
-            return  # vllm_sentinel.runbook reads docs/runbook.md of the checkout
-        target = Path(self.build_lib) / "vllm_sentinel" / "runbook.md"
+            return  # vllm_sentinel.serve.runbook reads docs/runbook.md of the checkout
+        target = Path(self.build_lib) / "vllm_sentinel" / "serve" / "runbook.md"
         self.copy_file(str(RUNBOOK), str(target))
 
     def get_outputs(self, include_bytecode: bool = True) -> list[str]:
         outputs: list[str] = super().get_outputs(include_bytecode)
         if getattr(self, "editable_mode", False):
             return outputs
-        return [*outputs, str(Path(self.build_lib) / "vllm_sentinel" / "runbook.md")]
+        return [*outputs, str(Path(self.build_lib) / "vllm_sentinel" / "serve" / "runbook.md")]
 
 
 setup(ext_modules=_extensions(), cmdclass={"build_ext": BuildExt, "build_py": BuildPy})

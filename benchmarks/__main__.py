@@ -260,9 +260,9 @@ def table(report: dict[str, Any]) -> str:
 
 def _build() -> str:
     """``compiled`` when the engine's modules are mypyc extensions, else ``pure``."""
-    import vllm_sentinel.tracker
+    import vllm_sentinel.engine.tracker
 
-    return "pure" if vllm_sentinel.tracker.__file__.endswith(".py") else "compiled"
+    return "pure" if vllm_sentinel.engine.tracker.__file__.endswith(".py") else "compiled"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,8 +24,8 @@ from pathlib import Path
 import orjson
 
 from tests.support.journal_writer import JournalWriter, manager_line, service_line
-from vllm_sentinel.journal_json import JOURNAL_FIELDS
-from vllm_sentinel.text_log import TextLogDecoder
+from vllm_sentinel.engine.decode.journal_json import JOURNAL_FIELDS
+from vllm_sentinel.engine.decode.text_log import TextLogDecoder
 
 __all__ = [
     "RULES",

@@ -31,7 +31,7 @@ class Install:
 
 
 def _build_of(python: Path) -> str:
-    probe = "import vllm_sentinel.tracker as t; print('pure' if t.__file__.endswith('.py') else 'compiled')"
+    probe = "import vllm_sentinel.engine.tracker as t; print('pure' if t.__file__.endswith('.py') else 'compiled')"
     result = subprocess.run(
         [str(python), "-c", probe], capture_output=True, text=True, check=True, cwd="/"
     )

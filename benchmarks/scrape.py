@@ -27,12 +27,18 @@ from prometheus_client.openmetrics.exposition import generate_latest as generate
 
 from benchmarks.corpus import corpus_files
 from benchmarks.measure import median
-from vllm_sentinel.exporter import SentinelCollector, make_registry, render_exposition
-from vllm_sentinel.http import make_app, start_http_server
-from vllm_sentinel.journal import JournalBatch
+from vllm_sentinel.engine.decode.text_log import TextLogDecoder
+from vllm_sentinel.engine.snapshot import (
+    CollectorState,
+    GpuDevice,
+    GpuProcess,
+    GpuReading,
+    Snapshot,
+)
 from vllm_sentinel.monitor import GpuSample, HostPlan, Monitor
-from vllm_sentinel.snapshot import CollectorState, GpuDevice, GpuProcess, GpuReading, Snapshot
-from vllm_sentinel.text_log import TextLogDecoder
+from vllm_sentinel.serve.exporter import SentinelCollector, make_registry, render_exposition
+from vllm_sentinel.serve.http import make_app, start_http_server
+from vllm_sentinel.sources.journal import JournalBatch
 
 __all__ = ["measure_scrape"]
 

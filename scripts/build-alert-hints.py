@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Write the crash alerts' `hint` annotation from the fix hints of vllm_sentinel/hints.py.
+"""Write the crash alerts' `hint` annotation from the fix hints of vllm_sentinel/engine/hints.py.
 
 The alert rules cannot call Python, and the hint text must not be a label (labels stay
 bounded), so the `hint` annotation of VllmCrashed and VllmCrashLooping is a Go template that
@@ -27,10 +27,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from vllm_sentinel.hints import CAUSE_HINTS, GENERIC_FIELDS, generic_text  # noqa: E402
+from vllm_sentinel.engine.hints import CAUSE_HINTS, GENERIC_FIELDS, generic_text  # noqa: E402
 
 RULES = ROOT / "deploy" / "prometheus" / "vllm-sentinel-rules.yml"
-MARKER = "# hint: generated from vllm_sentinel/hints.py by scripts/build-alert-hints.py"
+MARKER = "# hint: generated from vllm_sentinel/engine/hints.py by scripts/build-alert-hints.py"
 WIDTH = 100
 # The runbook's address, as every alert's runbook_url takes it: the `url` of the recording rule
 # job:vllm_sentinel_runbook_url:info (the one place it is set), else the path in the sources.

@@ -22,7 +22,7 @@ import shutil
 from datetime import UTC, datetime
 from pathlib import Path
 
-from vllm_sentinel.text_log import TextLogDecoder
+from vllm_sentinel.engine.decode.text_log import TextLogDecoder
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "vllm_sentinel" / "incidents"

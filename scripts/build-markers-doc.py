@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Regenerate the tables of ``docs/markers.md`` from ``vllm_sentinel/markers.py``.
+"""Regenerate the tables of ``docs/markers.md`` from ``vllm_sentinel/engine/catalog/markers.py``.
 
 ``--check`` exits 1 when the document is out of date (the test suite runs it).
 """
@@ -10,7 +10,7 @@ import re
 import sys
 from pathlib import Path
 
-from vllm_sentinel.markers import MARKERS, SYSTEMD_MARKERS
+from vllm_sentinel.engine.catalog.markers import MARKERS, SYSTEMD_MARKERS
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "markers.md"
 

@@ -4,7 +4,7 @@
 A child process allocates device memory through the CUDA driver API (ctypes on
 ``libcuda.so.1``: ``cuInit``, ``cuDevicePrimaryCtxRetain``, ``cuMemAlloc_v2`` — no torch) in
 steps of 1, 2 and 4 GiB, waiting for the parent between steps. The parent polls
-``vllm_sentinel.gpu.NvmlReader`` meanwhile and prints one row per poll::
+``vllm_sentinel.sources.gpu.NvmlReader`` meanwhile and prints one row per poll::
 
     time_s  device_used_bytes  child_pid  child_used_bytes
 
@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from vllm_sentinel.gpu import NvmlReader
+    from vllm_sentinel.sources.gpu import NvmlReader
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -158,8 +158,8 @@ async def _read_line(stream: asyncio.StreamReader, limit_seconds: float) -> str:
 
 async def run_parent(ordinal: int, steps: list[int]) -> int:
     sys.path.insert(0, str(CHECKOUT))
-    from vllm_sentinel import gpu
     from vllm_sentinel.errors import GpuCollectorError
+    from vllm_sentinel.sources import gpu
 
     reader = gpu.NvmlReader()
     try:

@@ -29,14 +29,14 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from vllm_sentinel.eta import estimate_ready, remember, startup_record
-from vllm_sentinel.journal_json import JournalJsonDecoder
-from vllm_sentinel.record import Record
+from vllm_sentinel.engine.decode.journal_json import JournalJsonDecoder
+from vllm_sentinel.engine.decode.record import Record
+from vllm_sentinel.engine.decode.text_log import TextLogDecoder
+from vllm_sentinel.engine.eta import estimate_ready, remember, startup_record
+from vllm_sentinel.engine.report import format_duration
+from vllm_sentinel.engine.snapshot import EtaBasis, StartupRecord, UnitSnapshot
+from vllm_sentinel.engine.tracker import UnitTracker
 from vllm_sentinel.replay import InputFormat, detect_format
-from vllm_sentinel.report import format_duration
-from vllm_sentinel.snapshot import EtaBasis, StartupRecord, UnitSnapshot
-from vllm_sentinel.text_log import TextLogDecoder
-from vllm_sentinel.tracker import UnitTracker
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "tests" / "golden" / "logs"

@@ -190,9 +190,9 @@ def replay_command(
     """
     from datetime import UTC, datetime
 
-    from vllm_sentinel.inputs import InputError, read_input
+    from vllm_sentinel.engine.report import render_text, to_json
     from vllm_sentinel.replay import InputFormat, replay
-    from vllm_sentinel.report import render_text, to_json
+    from vllm_sentinel.sources.replay_input import InputError, read_input
 
     _allow_fast_exit()
     for path in files:
@@ -461,7 +461,7 @@ def _write_private(path: str, text: str) -> None:
     """Write ``text`` to ``path`` with mode 0640 (a temporary file renamed over it)."""
     from pathlib import Path
 
-    from vllm_sentinel.atomic_file import write_atomically
+    from vllm_sentinel.state.atomic_file import write_atomically
 
     write_atomically(Path(path), text.encode(), mode=0o640)
 
@@ -664,7 +664,7 @@ def status_command(url: str, cacert: str | None, user: str | None, as_json: bool
     """
     import orjson
 
-    from vllm_sentinel.report import render_status
+    from vllm_sentinel.engine.report import render_status
 
     document = fetch_status(url, cacert=cacert, user=user)
     if as_json:

@@ -63,14 +63,14 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails
 
-from vllm_sentinel.causes import DEFAULT_BENIGN_PATTERNS, BenignMatcher
+from vllm_sentinel.engine.catalog.causes import DEFAULT_BENIGN_PATTERNS, BenignMatcher
+from vllm_sentinel.engine.catalog.phases import STARTUP_PHASES, Phase
+from vllm_sentinel.engine.health import ProbePolicy, ProbeSettings
+from vllm_sentinel.engine.stall import DEFAULT_SLOW_FACTOR, DEFAULT_SLOW_FLOOR_SECONDS
 from vllm_sentinel.errors import ConfigError
-from vllm_sentinel.health import ProbePolicy, ProbeSettings
-from vllm_sentinel.phases import STARTUP_PHASES, Phase
-from vllm_sentinel.stall import DEFAULT_SLOW_FACTOR, DEFAULT_SLOW_FLOOR_SECONDS
 
 if TYPE_CHECKING:  # imported where used: asyncssh (0.2 s) is not for check-config
-    from vllm_sentinel.transport import SshSettings
+    from vllm_sentinel.sources.transport import SshSettings
 
 __all__ = [
     "DEFAULT_UNITS",
@@ -640,7 +640,7 @@ class HostConfig(BaseModel):
         """Return how to reach this host over SSH, or ``None`` for the local host."""
         if self.address is None:
             return None
-        from vllm_sentinel.transport import SshSettings
+        from vllm_sentinel.sources.transport import SshSettings
 
         return SshSettings(
             address=self.address,
@@ -969,7 +969,7 @@ def check_config(path: str | os.PathLike[str]) -> list[str]:
         ConfigError: the file is invalid (the CLI exits 2 with the message).
     """
     config = load_config(path)
-    from vllm_sentinel.web_config import load_exporter_security  # the daemon's own check
+    from vllm_sentinel.serve.web_config import load_exporter_security  # the daemon's own check
 
     security = load_exporter_security(config.exporter)
     exporter = config.exporter

@@ -39,25 +39,36 @@ import structlog
 
 from vllm_sentinel import __version__
 from vllm_sentinel.config import Config, GpuBackend, HostConfig, load_config
-from vllm_sentinel.cursors import CursorStore, HostState
+from vllm_sentinel.engine.health import HealthProbeResult
+from vllm_sentinel.engine.report import status_document
+from vllm_sentinel.engine.snapshot import CollectorState, GpuReading, SentinelState, Snapshot
 from vllm_sentinel.errors import ConfigError, GpuCollectorError
-from vllm_sentinel.exporter import SentinelCollector, make_registry
-from vllm_sentinel.gpu import CgroupReader, GpuPoller, GpuReader, NvidiaSmiStreamReader, NvmlReader
-from vllm_sentinel.health import HealthProbeResult
-from vllm_sentinel.history import HistoryStore
-from vllm_sentinel.http import (
+from vllm_sentinel.monitor import GpuDown, GpuSample, HostPlan, Monitor, StateSaved, Tick
+from vllm_sentinel.serve.exporter import SentinelCollector, make_registry
+from vllm_sentinel.serve.http import (
     BasicAuthenticator,
     ServerHandle,
     load_exporter_security,
     make_app,
     start_http_server,
 )
-from vllm_sentinel.journal import FollowerSettings, HistoryBoundary, JournalBatch, JournalFollower
-from vllm_sentinel.monitor import GpuDown, GpuSample, HostPlan, Monitor, StateSaved, Tick
-from vllm_sentinel.probe import HealthProber
-from vllm_sentinel.report import status_document
-from vllm_sentinel.snapshot import CollectorState, GpuReading, SentinelState, Snapshot
-from vllm_sentinel.transport import LocalTransport, SshSettings, SshTransport, Transport
+from vllm_sentinel.sources.gpu import (
+    CgroupReader,
+    GpuPoller,
+    GpuReader,
+    NvidiaSmiStreamReader,
+    NvmlReader,
+)
+from vllm_sentinel.sources.health_probe import HealthProber
+from vllm_sentinel.sources.journal import (
+    FollowerSettings,
+    HistoryBoundary,
+    JournalBatch,
+    JournalFollower,
+)
+from vllm_sentinel.sources.transport import LocalTransport, SshSettings, SshTransport, Transport
+from vllm_sentinel.state.cursor_store import CursorStore, HostState
+from vllm_sentinel.state.history_store import HistoryStore
 
 __all__ = [
     "HOST_DOWN_DETECTION_RATIO",

@@ -45,17 +45,11 @@ from types import MappingProxyType
 import h11
 import orjson
 
-from vllm_sentinel.exporter import SentinelCollector, make_registry
-from vllm_sentinel.health import ProbePolicy, ProbeSettings
-from vllm_sentinel.history import HistoryStore
-from vllm_sentinel.http import make_app, start_http_server
-from vllm_sentinel.journal import JournalBatch
-from vllm_sentinel.journal_json import JournalJsonDecoder
-from vllm_sentinel.monitor import GpuSample, HostPlan, Monitor, Tick
-from vllm_sentinel.phases import Outcome, Phase
-from vllm_sentinel.probe import HealthProber
-from vllm_sentinel.report import status_document
-from vllm_sentinel.snapshot import (
+from vllm_sentinel.engine.catalog.phases import Outcome, Phase
+from vllm_sentinel.engine.decode.journal_json import JournalJsonDecoder
+from vllm_sentinel.engine.health import ProbePolicy, ProbeSettings
+from vllm_sentinel.engine.report import status_document
+from vllm_sentinel.engine.snapshot import (
     CollectorState,
     GpuDevice,
     GpuProcess,
@@ -63,7 +57,13 @@ from vllm_sentinel.snapshot import (
     Snapshot,
     StartupRecord,
 )
-from vllm_sentinel.transport import LocalTransport
+from vllm_sentinel.monitor import GpuSample, HostPlan, Monitor, Tick
+from vllm_sentinel.serve.exporter import SentinelCollector, make_registry
+from vllm_sentinel.serve.http import make_app, start_http_server
+from vllm_sentinel.sources.health_probe import HealthProber
+from vllm_sentinel.sources.journal import JournalBatch
+from vllm_sentinel.sources.transport import LocalTransport
+from vllm_sentinel.state.history_store import HistoryStore
 
 __all__ = [
     "DEMO_HOST",

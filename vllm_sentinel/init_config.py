@@ -47,8 +47,8 @@ from vllm_sentinel.config import (
     parse_shard,
     validate_unit_pattern,
 )
+from vllm_sentinel.engine.catalog.markers import MARKERS, Event
 from vllm_sentinel.errors import SentinelError
-from vllm_sentinel.markers import MARKERS, Event
 
 __all__ = [
     "BANNER_EVENTS",

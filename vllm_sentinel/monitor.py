@@ -32,12 +32,12 @@ from types import MappingProxyType
 
 import structlog
 
-from vllm_sentinel.attribution import attribute_processes, held_by_others, place_processes
-from vllm_sentinel.causes import DEFAULT_BENIGN_PATTERNS, BenignMatcher
-from vllm_sentinel.counters import UnitCounters
-from vllm_sentinel.cursors import CursorStore, HostState
-from vllm_sentinel.eta import estimate_ready, same_model, startup_record, usual_phase_seconds
-from vllm_sentinel.health import (
+from vllm_sentinel.engine.catalog.causes import DEFAULT_BENIGN_PATTERNS, BenignMatcher
+from vllm_sentinel.engine.catalog.markers import MarkerMatcher
+from vllm_sentinel.engine.catalog.phases import STARTUP_PHASES, Outcome, Phase
+from vllm_sentinel.engine.counters import UnitCounters
+from vllm_sentinel.engine.eta import estimate_ready, same_model, startup_record, usual_phase_seconds
+from vllm_sentinel.engine.health import (
     HealthProbeResult,
     HealthTracker,
     ProbePolicy,
@@ -45,13 +45,9 @@ from vllm_sentinel.health import (
     is_probed,
     with_probe_readiness,
 )
-from vllm_sentinel.hints import hint_context, hint_for
-from vllm_sentinel.history import HistoryStore
-from vllm_sentinel.journal import JournalBatch
-from vllm_sentinel.markers import MarkerMatcher
-from vllm_sentinel.phases import STARTUP_PHASES, Outcome, Phase
-from vllm_sentinel.report import iso_utc
-from vllm_sentinel.snapshot import (
+from vllm_sentinel.engine.hints import hint_context, hint_for
+from vllm_sentinel.engine.report import iso_utc
+from vllm_sentinel.engine.snapshot import (
     CollectorState,
     GpuDevice,
     GpuProcessUsage,
@@ -62,7 +58,7 @@ from vllm_sentinel.snapshot import (
     Snapshot,
     UnitSnapshot,
 )
-from vllm_sentinel.stall import (
+from vllm_sentinel.engine.stall import (
     DEFAULT_SLOW_FACTOR,
     DEFAULT_SLOW_FLOOR_SECONDS,
     DEFAULT_STALL_THRESHOLDS,
@@ -70,7 +66,11 @@ from vllm_sentinel.stall import (
     is_slow,
     is_stalled,
 )
-from vllm_sentinel.tracker import TrackerSet, UnitTracker
+from vllm_sentinel.engine.tracker import TrackerSet, UnitTracker
+from vllm_sentinel.sources.attribution import attribute_processes, held_by_others, place_processes
+from vllm_sentinel.sources.journal import JournalBatch
+from vllm_sentinel.state.cursor_store import CursorStore, HostState
+from vllm_sentinel.state.history_store import HistoryStore
 
 __all__ = ["GpuDown", "GpuSample", "HostPlan", "Monitor", "StateSaved", "Tick"]
 

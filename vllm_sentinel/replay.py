@@ -16,22 +16,22 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
-from vllm_sentinel.causes import DEFAULT_BENIGN_PATTERNS, BenignMatcher
-from vllm_sentinel.eta import (
+from vllm_sentinel.engine.catalog.causes import DEFAULT_BENIGN_PATTERNS, BenignMatcher
+from vllm_sentinel.engine.catalog.markers import MarkerMatcher
+from vllm_sentinel.engine.catalog.phases import Outcome
+from vllm_sentinel.engine.decode.journal_json import JournalJsonDecoder
+from vllm_sentinel.engine.decode.line_buffer import NulGaps
+from vllm_sentinel.engine.decode.text_log import TextLogDecoder
+from vllm_sentinel.engine.eta import (
     estimate_ready,
     remember,
     same_model,
     startup_record,
     usual_phase_seconds,
 )
-from vllm_sentinel.journal_json import JournalJsonDecoder
-from vllm_sentinel.line_buffer import NulGaps
-from vllm_sentinel.markers import MarkerMatcher
-from vllm_sentinel.phases import Outcome
-from vllm_sentinel.snapshot import StartupRecord, UnitSnapshot
-from vllm_sentinel.stall import is_slow
-from vllm_sentinel.text_log import TextLogDecoder
-from vllm_sentinel.tracker import TrackerSet, UnitTracker
+from vllm_sentinel.engine.snapshot import StartupRecord, UnitSnapshot
+from vllm_sentinel.engine.stall import is_slow
+from vllm_sentinel.engine.tracker import TrackerSet, UnitTracker
 
 __all__ = ["InputFormat", "ReplayResult", "detect_format", "judge_at_end", "replay"]
 

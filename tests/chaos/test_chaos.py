@@ -56,8 +56,8 @@ from tests.conftest import require_binary
 from tests.support.daemon import CounterSums, Samples, free_port
 from tests.support.journal_writer import JOURNAL_REMOTE, JournalWriter, service_line
 from tests.support.ssh_server import SshServerThread
-from vllm_sentinel.journal_json import JournalJsonDecoder
-from vllm_sentinel.tracker import UnitTracker
+from vllm_sentinel.engine.decode.journal_json import JournalJsonDecoder
+from vllm_sentinel.engine.tracker import UnitTracker
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

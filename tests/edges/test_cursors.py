@@ -10,10 +10,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
-from vllm_sentinel.causes import CrashCause
-from vllm_sentinel.counters import CarriedCrash, UnitCounters
-from vllm_sentinel.cursors import CursorStore, HostState, decode_host, encode_host
-from vllm_sentinel.phases import Phase
+from vllm_sentinel.engine.catalog.causes import CrashCause
+from vllm_sentinel.engine.catalog.phases import Phase
+from vllm_sentinel.engine.counters import CarriedCrash, UnitCounters
+from vllm_sentinel.state.cursor_store import CursorStore, HostState, decode_host, encode_host
 
 HOST_NAMES = st.text(
     st.sampled_from("ABCxyz0189_.:-"), min_size=1, max_size=64

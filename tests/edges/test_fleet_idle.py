@@ -11,10 +11,10 @@ from datetime import UTC, datetime, timedelta
 
 from vllm_sentinel.config import parse_config
 from vllm_sentinel.daemon import HOST_DOWN_DETECTION_RATIO, effective_ssh_settings
-from vllm_sentinel.journal import JournalBatch
+from vllm_sentinel.engine.decode.record import Record
+from vllm_sentinel.engine.snapshot import CollectorState, GpuDevice, GpuProcess, GpuReading
 from vllm_sentinel.monitor import GpuSample, HostPlan, Monitor, Tick
-from vllm_sentinel.record import Record
-from vllm_sentinel.snapshot import CollectorState, GpuDevice, GpuProcess, GpuReading
+from vllm_sentinel.sources.journal import JournalBatch
 
 NOW = datetime(2026, 11, 28, 23, 0, tzinfo=UTC)
 UNIT = "vllm-a.service"

@@ -1,4 +1,4 @@
-"""Tests for vllm_sentinel.gpu: NVML and nvidia-smi readers, cgroup reader, the poller."""
+"""Tests for vllm_sentinel.sources.gpu: NVML and nvidia-smi readers, cgroup reader, the poller."""
 
 from __future__ import annotations
 
@@ -18,8 +18,9 @@ from structlog.testing import capture_logs
 from tenacity import RetryCallState
 
 from tests.support.fake_nvml import GIB, MIB, FakeGpu, FakeNvml, Frame, nvml_error
+from vllm_sentinel.engine.snapshot import CollectorState, GpuDevice, GpuProcess, GpuReading
 from vllm_sentinel.errors import GpuCollectorError, TransportError
-from vllm_sentinel.gpu import (
+from vllm_sentinel.sources.gpu import (
     REASON_INTERNAL_ERROR,
     REASON_STARTING,
     BackoffWait,
@@ -28,9 +29,8 @@ from vllm_sentinel.gpu import (
     NvidiaSmiReader,
     NvmlReader,
 )
-from vllm_sentinel.nvidia_smi import QUERY_APPS_ARGV, QUERY_GPUS_ARGV
-from vllm_sentinel.snapshot import CollectorState, GpuDevice, GpuProcess, GpuReading
-from vllm_sentinel.transport import LocalTransport
+from vllm_sentinel.sources.nvidia_smi import QUERY_APPS_ARGV, QUERY_GPUS_ARGV
+from vllm_sentinel.sources.transport import LocalTransport
 
 STUB_NVIDIA_SMI = Path(__file__).resolve().parents[1] / "support" / "bin" / "nvidia-smi"
 START = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)

@@ -11,16 +11,16 @@ import orjson
 import pytest
 from structlog.testing import capture_logs
 
-from vllm_sentinel.eta import HISTORY_SIZE
-from vllm_sentinel.history import (
+from vllm_sentinel.engine.catalog.phases import STARTUP_PHASES, Phase
+from vllm_sentinel.engine.eta import HISTORY_SIZE
+from vllm_sentinel.engine.snapshot import StartupRecord
+from vllm_sentinel.state.history_store import (
     HISTORY_SKIP_REASON,
     HistoryStore,
     _StartModel,
     decode_name,
     encode_name,
 )
-from vllm_sentinel.phases import STARTUP_PHASES, Phase
-from vllm_sentinel.snapshot import StartupRecord
 
 HOST = "llm-two"
 UNIT = "vllm-kimi-k25.service"

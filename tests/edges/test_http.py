@@ -23,11 +23,12 @@ from structlog.testing import capture_logs
 from tests.support.http_client import basic, bcrypt_hash, fetch
 from tests.support.snapshots import basic_snapshot
 from vllm_sentinel import __version__
-from vllm_sentinel import http as sentinel_http
-from vllm_sentinel.causes import CrashCause
+from vllm_sentinel.engine.catalog.causes import CrashCause
+from vllm_sentinel.engine.report import status_document, to_json
 from vllm_sentinel.errors import ConfigError
-from vllm_sentinel.exporter import SentinelCollector, make_registry
-from vllm_sentinel.http import (
+from vllm_sentinel.serve import http as sentinel_http
+from vllm_sentinel.serve.exporter import SentinelCollector, make_registry
+from vllm_sentinel.serve.http import (
     DEFAULT_LISTEN_HOST,
     BasicAuthenticator,
     ServerHandle,
@@ -37,8 +38,7 @@ from vllm_sentinel.http import (
     make_app,
     start_http_server,
 )
-from vllm_sentinel.report import status_document, to_json
-from vllm_sentinel.runbook import read_runbook
+from vllm_sentinel.serve.runbook import read_runbook
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "deploy" / "prometheus" / "vllm-sentinel-rules.yml"
@@ -217,7 +217,7 @@ class TestStatusPage:
     )
     def test_assets_are_served_from_package_data(self, name: str, kind: str) -> None:
         """CSS and JS come from the package (no CDN), cacheable (their URL has the version)."""
-        expected = resources.files("vllm_sentinel").joinpath("static", name).read_bytes()
+        expected = resources.files("vllm_sentinel.serve").joinpath("static", name).read_bytes()
         with self.page_server() as url:
             reply = fetch(f"{url}/static/{name}")
         assert (reply.status, reply.body) == (200, expected)
@@ -546,7 +546,7 @@ class TestRunbook:
         assert '<a href="runbook">runbook</a>' in page
 
     def test_read_from_the_checkout_without_a_packaged_copy(self) -> None:
-        """A checkout (or editable install) has no vllm_sentinel/runbook.md: docs/ is read."""
+        """A checkout (or editable install) has no vllm_sentinel/serve/runbook.md: docs/ is read."""
         assert read_runbook() == RUNBOOK_MD.read_text(encoding="utf-8")
 
 

@@ -15,12 +15,12 @@ import pytest
 from structlog.testing import capture_logs
 
 from tests.support.monitor_driver import KIMI_INCIDENT, ManualClock, journal_records, play
-from vllm_sentinel.health import HealthProbeResult, ProbeOutcome, ProbePolicy, ProbeSettings
-from vllm_sentinel.history import HISTORY_SKIP_REASON, HistoryStore
+from vllm_sentinel.engine.catalog.phases import Phase
+from vllm_sentinel.engine.decode.record import Record
+from vllm_sentinel.engine.health import HealthProbeResult, ProbeOutcome, ProbePolicy, ProbeSettings
+from vllm_sentinel.engine.snapshot import EtaBasis, UnitSnapshot
 from vllm_sentinel.monitor import HostPlan, Monitor, Tick
-from vllm_sentinel.phases import Phase
-from vllm_sentinel.record import Record
-from vllm_sentinel.snapshot import EtaBasis, UnitSnapshot
+from vllm_sentinel.state.history_store import HISTORY_SKIP_REASON, HistoryStore
 
 HOST = "llm-two"
 UNIT = "vllm-kimi-k25.service"

@@ -13,12 +13,12 @@ from structlog.testing import capture_logs
 
 from tests.support.monitor_driver import KIMI_INCIDENT, ManualClock, events, journal_records, play
 from tests.support.records import T0, Journal
-from vllm_sentinel.journal import JournalBatch
+from vllm_sentinel.engine.catalog.phases import Phase
+from vllm_sentinel.engine.decode.record import Record
+from vllm_sentinel.engine.report import status_document
+from vllm_sentinel.engine.snapshot import GpuDevice, GpuProcess, GpuReading
 from vllm_sentinel.monitor import GpuSample, HostPlan, Monitor, Tick
-from vllm_sentinel.phases import Phase
-from vllm_sentinel.record import Record
-from vllm_sentinel.report import status_document
-from vllm_sentinel.snapshot import GpuDevice, GpuProcess, GpuReading
+from vllm_sentinel.sources.journal import JournalBatch
 
 HOST = "llm-two"
 UNIT = "vllm-kimi-k25.service"

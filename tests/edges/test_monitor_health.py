@@ -12,12 +12,12 @@ from typing import Any
 from structlog.testing import capture_logs
 
 from tests.support.monitor_driver import ManualClock, events
-from vllm_sentinel.health import HealthProbeResult, ProbeOutcome, ProbePolicy, ProbeSettings
-from vllm_sentinel.journal import JournalBatch
+from vllm_sentinel.engine.catalog.phases import Phase
+from vllm_sentinel.engine.decode.record import Record
+from vllm_sentinel.engine.health import HealthProbeResult, ProbeOutcome, ProbePolicy, ProbeSettings
+from vllm_sentinel.engine.snapshot import UnitSnapshot
 from vllm_sentinel.monitor import HostPlan, Monitor, Tick
-from vllm_sentinel.phases import Phase
-from vllm_sentinel.record import Record
-from vllm_sentinel.snapshot import UnitSnapshot
+from vllm_sentinel.sources.journal import JournalBatch
 
 HOST = "llm-two"
 UNIT = "vllm-qwen.service"

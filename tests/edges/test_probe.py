@@ -13,7 +13,8 @@ import pytest
 
 from tests.support.fake_vllm import FakeVllmServer
 from tests.support.snapshots import at, incarnation, unit_snapshot
-from vllm_sentinel.health import (
+from vllm_sentinel.engine.catalog.phases import Outcome, Phase
+from vllm_sentinel.engine.health import (
     HealthProbeResult,
     ProbeOutcome,
     ProbePolicy,
@@ -21,10 +22,9 @@ from vllm_sentinel.health import (
     ProbeTarget,
     probe_target,
 )
-from vllm_sentinel.phases import Outcome, Phase
-from vllm_sentinel.probe import HealthProber, probe_once
-from vllm_sentinel.snapshot import CollectorState, HostSnapshot, Snapshot
-from vllm_sentinel.transport import LocalTransport
+from vllm_sentinel.engine.snapshot import CollectorState, HostSnapshot, Snapshot
+from vllm_sentinel.sources.health_probe import HealthProber, probe_once
+from vllm_sentinel.sources.transport import LocalTransport
 
 pytestmark = pytest.mark.asyncio
 

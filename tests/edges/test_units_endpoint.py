@@ -13,17 +13,17 @@ import pytest
 from tests.edges.test_http import PASSWORD
 from tests.support.http_client import basic, bcrypt_hash, fetch
 from tests.support.snapshots import at, basic_snapshot, incarnation, unit_snapshot
-from vllm_sentinel.causes import CrashCause
-from vllm_sentinel.exporter import SentinelCollector, make_registry
-from vllm_sentinel.http import (
+from vllm_sentinel.engine.catalog.causes import CrashCause
+from vllm_sentinel.engine.catalog.phases import Outcome, Phase
+from vllm_sentinel.engine.snapshot import CrashInfo, HostSnapshot, Snapshot
+from vllm_sentinel.serve.exporter import SentinelCollector, make_registry
+from vllm_sentinel.serve.http import (
     DEFAULT_LISTEN_HOST,
     BasicAuthenticator,
     load_web_config,
     make_app,
     start_http_server,
 )
-from vllm_sentinel.phases import Outcome, Phase
-from vllm_sentinel.snapshot import CrashInfo, HostSnapshot, Snapshot
 
 
 def _with_more_units() -> Snapshot:

@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vllm_sentinel.phases import PHASE_ORDER
+from vllm_sentinel.engine.catalog.phases import PHASE_ORDER
+from vllm_sentinel.engine.snapshot import CrashInfo, UnitSnapshot
 from vllm_sentinel.replay import replay
-from vllm_sentinel.snapshot import CrashInfo, UnitSnapshot
 
 __all__ = [
     "BAR",

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from tests.golden.scoring import REFERENCE_YEAR, exception_line, last_crash, replay_file
-from vllm_sentinel.phases import Phase
+from vllm_sentinel.engine.catalog.phases import Phase
+from vllm_sentinel.engine.report import to_json
+from vllm_sentinel.engine.snapshot import UnitSnapshot
 from vllm_sentinel.replay import replay
-from vllm_sentinel.report import to_json
-from vllm_sentinel.snapshot import UnitSnapshot
 
 HERE = Path(__file__).parent
 LOGS = sorted((HERE / "logs").glob("*.log"))

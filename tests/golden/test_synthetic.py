@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.golden.scoring import replay_file
-from vllm_sentinel.snapshot import IncarnationSnapshot, UnitSnapshot
+from vllm_sentinel.engine.snapshot import IncarnationSnapshot, UnitSnapshot
 
 HERE = Path(__file__).parent / "synthetic"
 CASES = sorted(path for path in HERE.iterdir() if path.suffix in (".log", ".jsonl"))

@@ -31,7 +31,7 @@ from tests.golden.scoring import (
     score_directory,
     score_log,
 )
-from vllm_sentinel.causes import CrashCause
+from vllm_sentinel.engine.catalog.causes import CrashCause
 
 LOGS = {name: sorted(directory.glob("*.log")) for name, directory in SETS.items()}
 CORPUS = Path(__file__).parent / "logs"

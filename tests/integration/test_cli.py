@@ -23,15 +23,15 @@ from tests.support.daemon import current_phase, free_port, parse_metrics, scrape
 from tests.support.http_client import bcrypt_hash, fetch
 from tests.support.snapshots import basic_snapshot
 from tests.support.tls import write_self_signed
-from vllm_sentinel.exporter import SentinelCollector, make_registry
-from vllm_sentinel.http import (
+from vllm_sentinel.engine.report import status_document
+from vllm_sentinel.serve.exporter import SentinelCollector, make_registry
+from vllm_sentinel.serve.http import (
     BasicAuthenticator,
     TlsServerConfig,
     build_ssl_context,
     make_app,
     start_http_server,
 )
-from vllm_sentinel.report import status_document
 
 ROOT = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-m", "vllm_sentinel"]

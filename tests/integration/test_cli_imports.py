@@ -66,9 +66,9 @@ def test_replay_version_and_help_import_no_daemon_library(args: tuple[str, ...])
     assert "vllm_sentinel.cli" in modules  # the graph was read
     assert loaded(modules, (*DAEMON_ONLY, "pydantic", "pydantic_core")) == []
     if args[0] == "replay" and args[1] != "--help":
-        assert "vllm_sentinel.tracker" in modules  # the engine ran
+        assert "vllm_sentinel.engine.tracker" in modules  # the engine ran
     else:
-        assert "vllm_sentinel.tracker" not in modules  # help and version need no engine
+        assert "vllm_sentinel.engine.tracker" not in modules  # help and version need no engine
 
 
 def test_replay_of_stdin_imports_no_daemon_library() -> None:

@@ -30,7 +30,7 @@ from tests.support.journal_writer import (
     unit_started,
 )
 from vllm_sentinel.config import load_config
-from vllm_sentinel.cursors import CursorStore
+from vllm_sentinel.state.cursor_store import CursorStore
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 

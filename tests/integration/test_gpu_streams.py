@@ -30,11 +30,11 @@ from tests.support.daemon import Samples, free_port, value
 from tests.support.journal_writer import JournalWriter
 from tests.support.ssh_server import SshTestServer
 from vllm_sentinel.config import parse_config
+from vllm_sentinel.engine.snapshot import GpuReading
 from vllm_sentinel.errors import GpuCollectorError
-from vllm_sentinel.gpu import GpuPoller, NvidiaSmiStreamReader
-from vllm_sentinel.nvidia_smi import MIB
-from vllm_sentinel.snapshot import GpuReading
-from vllm_sentinel.transport import SshTransport
+from vllm_sentinel.sources.gpu import GpuPoller, NvidiaSmiStreamReader
+from vllm_sentinel.sources.nvidia_smi import MIB
+from vllm_sentinel.sources.transport import SshTransport
 
 STUB_BIN = Path(__file__).resolve().parents[1] / "support" / "bin"
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]

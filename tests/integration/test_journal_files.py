@@ -33,8 +33,8 @@ from tests.support.journal_writer import (
     unit_started,
 )
 from tests.support.make_incident import main as make_incident_main
-from vllm_sentinel.journal_json import JournalJsonDecoder
-from vllm_sentinel.record import Record
+from vllm_sentinel.engine.decode.journal_json import JournalJsonDecoder
+from vllm_sentinel.engine.decode.record import Record
 
 UNIT = "vllm-kimi-k25.service"
 INVOCATION = "0f3c1a2b4d5e6f708192a3b4c5d6e7f8"
@@ -419,7 +419,7 @@ class TestFollowUnderLoad:
         ``journalctl --follow`` with several match terms skips runs of entries appended while
         it reads (4 to 30 of 130,000 in every run measured here), which is where the
         footprint benchmark's records went; its count is printed, not asserted (a race)."""
-        from vllm_sentinel.journal import build_journalctl_argv
+        from vllm_sentinel.sources.journal import build_journalctl_argv
 
         units = tuple(f"vllm-{n}.service" for n in range(8))
         directory = journal_writer.path.parent

@@ -42,7 +42,7 @@ class TestWheel:
         """docs/runbook.md is copied in at build time; the demo's incidents and py.typed too."""
         with zipfile.ZipFile(built_package.wheel) as wheel:
             names = set(wheel.namelist())
-            runbook = wheel.read("vllm_sentinel/runbook.md").decode()
+            runbook = wheel.read("vllm_sentinel/serve/runbook.md").decode()
         assert runbook == (ROOT / "docs" / "runbook.md").read_text(encoding="utf-8")
         incidents = {path.name for path in (ROOT / "vllm_sentinel" / "incidents").glob("*.jsonl")}
         assert {f"vllm_sentinel/incidents/{name}" for name in incidents} <= names
@@ -60,7 +60,7 @@ class TestWheel:
             check=True, capture_output=True, env=pip_env(), timeout=120,
         )  # fmt: skip
         probe = (
-            "import vllm_sentinel.runbook as r, pathlib; text = r.read_runbook(); "
+            "import vllm_sentinel.serve.runbook as r, pathlib; text = r.read_runbook(); "
             "print(pathlib.Path(r.__file__).parent / 'runbook.md'); print(len(text))"
         )
         result = subprocess.run(
@@ -94,7 +94,9 @@ class TestEditableInstall:
             for path in tree.rglob(pattern)
         ]
         assert compiled == []
-        probe = "import importlib.util as u; print(u.find_spec('vllm_sentinel.tracker').origin)"
+        probe = (
+            "import importlib.util as u; print(u.find_spec('vllm_sentinel.engine.tracker').origin)"
+        )
         module = subprocess.run(
             [str(venv / "bin" / "python"), "-c", probe],
             cwd=tmp_path, capture_output=True, check=True, env=build_env(), timeout=60,

@@ -36,9 +36,9 @@ from tests.support.journal_writer import (
 )
 from tests.support.ssh_server import OpenSshServer
 from vllm_sentinel.config import Config, parse_config
-from vllm_sentinel.health import ProbeOutcome, probe_target
-from vllm_sentinel.probe import probe_once
-from vllm_sentinel.transport import SshTransport
+from vllm_sentinel.engine.health import ProbeOutcome, probe_target
+from vllm_sentinel.sources.health_probe import probe_once
+from vllm_sentinel.sources.transport import SshTransport
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 

@@ -57,14 +57,14 @@ from tests.support.journal_writer import (
 from tests.support.ssh_server import SshTestServer
 from tests.support.tcp_proxy import BlackholeProxy
 from vllm_sentinel.config import Config, load_config, parse_config
-from vllm_sentinel.cursors import CursorStore
 from vllm_sentinel.daemon import HOST_DOWN_DETECTION_RATIO, Daemon, effective_ssh_settings
+from vllm_sentinel.engine.decode.record import Record
+from vllm_sentinel.engine.snapshot import UnitSnapshot
 from vllm_sentinel.errors import TransportError
-from vllm_sentinel.journal import FollowerSettings, JournalBatch, JournalFollower
 from vllm_sentinel.monitor import HostPlan, Monitor
-from vllm_sentinel.record import Record
-from vllm_sentinel.snapshot import UnitSnapshot
-from vllm_sentinel.transport import LocalTransport, SshTransport, Transport
+from vllm_sentinel.sources.journal import FollowerSettings, JournalBatch, JournalFollower
+from vllm_sentinel.sources.transport import LocalTransport, SshTransport, Transport
+from vllm_sentinel.state.cursor_store import CursorStore
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 

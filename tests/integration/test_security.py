@@ -39,10 +39,10 @@ from tests.support.journal_writer import JournalWriter, service_line, to_realtim
 from tests.support.ssh_server import OpenSshServer, SshTestServer
 from vllm_sentinel.config import HostConfig, parse_config
 from vllm_sentinel.errors import ConfigError, HostKeyError, TransportError
-from vllm_sentinel.http import DEFAULT_LISTEN_HOST
-from vllm_sentinel.journal import build_journalctl_argv
 from vllm_sentinel.log import configure_logging
-from vllm_sentinel.transport import SshSettings, SshTransport
+from vllm_sentinel.serve.http import DEFAULT_LISTEN_HOST
+from vllm_sentinel.sources.journal import build_journalctl_argv
+from vllm_sentinel.sources.transport import SshSettings, SshTransport
 
 HOST = "gpu-node-7"
 UNIT = "vllm-kimi-k25.service"

@@ -23,10 +23,10 @@ import pytest
 
 from tests.support.journal_writer import JournalWriter, service_line, to_realtime_us
 from tests.support.ssh_server import OpenSshServer, SshTestServer
+from vllm_sentinel.engine.decode.journal_json import JournalJsonDecoder
+from vllm_sentinel.engine.decode.record import Record
 from vllm_sentinel.errors import HostKeyError, TransportError
-from vllm_sentinel.journal_json import JournalJsonDecoder
-from vllm_sentinel.record import Record
-from vllm_sentinel.transport import SshTransport
+from vllm_sentinel.sources.transport import SshTransport
 
 pytestmark = pytest.mark.integration
 
@@ -289,7 +289,7 @@ class TestHostKeys:
 
 
 class TestTransportRegressions:
-    """Bugs found in vllm_sentinel/transport.py and fixed: timeouts, drops, stderr floods."""
+    """Bugs found in vllm_sentinel/sources/transport.py and fixed: timeouts, drops, stderr floods."""
 
     @pytest.mark.asyncio
     async def test_run_timeout_stops_remote_command(self, ssh_server: SshTestServer) -> None:
@@ -401,7 +401,7 @@ def test_a_local_stream_closed_while_its_child_writes_fast_leaves_nothing_behind
     import gc
     import sys
 
-    from vllm_sentinel.transport import LocalTransport
+    from vllm_sentinel.sources.transport import LocalTransport
 
     unraisable: list[object] = []
     previous = sys.unraisablehook

@@ -58,13 +58,13 @@ with _instrument:
         assert_tracker_bounded,
         journal_cycle,
     )
-    from vllm_sentinel.exporter import SentinelCollector, make_registry
-    from vllm_sentinel.journal_json import JournalJsonDecoder
-    from vllm_sentinel.record import Record
-    from vllm_sentinel.report import to_json
-    from vllm_sentinel.snapshot import HostSnapshot, Snapshot
-    from vllm_sentinel.text_log import TextLogDecoder
-    from vllm_sentinel.tracker import TrackerSet, UnitTracker
+    from vllm_sentinel.engine.decode.journal_json import JournalJsonDecoder
+    from vllm_sentinel.engine.decode.record import Record
+    from vllm_sentinel.engine.decode.text_log import TextLogDecoder
+    from vllm_sentinel.engine.report import to_json
+    from vllm_sentinel.engine.snapshot import HostSnapshot, Snapshot
+    from vllm_sentinel.engine.tracker import TrackerSet, UnitTracker
+    from vllm_sentinel.serve.exporter import SentinelCollector, make_registry
 
 __all__ = ["main", "run_one", "seeds"]
 

@@ -24,9 +24,9 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from tests.support.hostile import PROPERTY
 from tests.support.records import T0, Journal
-from vllm_sentinel.causes import CrashCause
-from vllm_sentinel.record import Record
-from vllm_sentinel.tracker import UnitTracker
+from vllm_sentinel.engine.catalog.causes import CrashCause
+from vllm_sentinel.engine.decode.record import Record
+from vllm_sentinel.engine.tracker import UnitTracker
 
 UNIT = "vllm-machine.service"
 LEVELS = ("debug", "info", "warning", "error", "none")

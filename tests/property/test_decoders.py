@@ -20,10 +20,10 @@ from tests.support.hostile import (
     hostile_text,
     journal_entries,
 )
-from vllm_sentinel.journal_json import JournalJsonDecoder
-from vllm_sentinel.record import Record
-from vllm_sentinel.text_log import TextLogDecoder
-from vllm_sentinel.tracker import UnitTracker
+from vllm_sentinel.engine.decode.journal_json import JournalJsonDecoder
+from vllm_sentinel.engine.decode.record import Record
+from vllm_sentinel.engine.decode.text_log import TextLogDecoder
+from vllm_sentinel.engine.tracker import UnitTracker
 
 MIB = 1 << 20
 DROP_REASONS = ("invalid_json", "not_an_object", "no_message", "line_too_long", "invalid_field")

@@ -27,17 +27,17 @@ from tests.support.hostile import (
     journal_entries,
     tracker_sizes,
 )
-from vllm_sentinel.exporter import SentinelCollector, make_registry
-from vllm_sentinel.journal import FollowerSettings, JournalBatch, JournalFollower
-from vllm_sentinel.journal_json import JournalJsonDecoder
-from vllm_sentinel.metrics import LABEL_VALUE_LIMIT
+from vllm_sentinel.engine.catalog.phases import PHASE_ORDER, Phase
+from vllm_sentinel.engine.decode.journal_json import JournalJsonDecoder
+from vllm_sentinel.engine.decode.record import Record
+from vllm_sentinel.engine.report import to_json
+from vllm_sentinel.engine.snapshot import HostSnapshot, Snapshot, UnitSnapshot
+from vllm_sentinel.engine.tracker import TrackerSet, UnitTracker
 from vllm_sentinel.monitor import HostPlan, Monitor
-from vllm_sentinel.phases import PHASE_ORDER, Phase
-from vllm_sentinel.record import Record
 from vllm_sentinel.replay import replay
-from vllm_sentinel.report import to_json
-from vllm_sentinel.snapshot import HostSnapshot, Snapshot, UnitSnapshot
-from vllm_sentinel.tracker import TrackerSet, UnitTracker
+from vllm_sentinel.serve.exporter import SentinelCollector, make_registry
+from vllm_sentinel.serve.metrics import LABEL_VALUE_LIMIT
+from vllm_sentinel.sources.journal import FollowerSettings, JournalBatch, JournalFollower
 
 MIB = 1 << 20
 HOST = "h"

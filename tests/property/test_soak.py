@@ -16,12 +16,12 @@ from prometheus_client import generate_latest
 
 from tests.property import fuzz_engine
 from tests.support.hostile import T0, journal_cycle, journal_cycle_length
-from vllm_sentinel.exporter import SentinelCollector, make_registry
-from vllm_sentinel.journal import JournalBatch
-from vllm_sentinel.journal_json import JournalJsonDecoder
+from vllm_sentinel.engine.decode.journal_json import JournalJsonDecoder
+from vllm_sentinel.engine.report import status_document
+from vllm_sentinel.engine.snapshot import CollectorState
 from vllm_sentinel.monitor import HostPlan, Monitor, Tick
-from vllm_sentinel.report import status_document
-from vllm_sentinel.snapshot import CollectorState
+from vllm_sentinel.serve.exporter import SentinelCollector, make_registry
+from vllm_sentinel.sources.journal import JournalBatch
 
 MIB = 1 << 20
 HOST = "llm-two"

@@ -20,9 +20,9 @@ from tests.support.promql import (
     rule_expressions,
     rules,
 )
-from vllm_sentinel.causes import CrashCause
-from vllm_sentinel.hints import CAUSE_HINTS, GENERIC_FIELDS, generic_text
-from vllm_sentinel.phases import Phase
+from vllm_sentinel.engine.catalog.causes import CrashCause
+from vllm_sentinel.engine.catalog.phases import Phase
+from vllm_sentinel.engine.hints import CAUSE_HINTS, GENERIC_FIELDS, generic_text
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES_PATH = ROOT / "deploy" / "prometheus" / "vllm-sentinel-rules.yml"

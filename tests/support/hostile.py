@@ -24,9 +24,9 @@ import orjson
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from vllm_sentinel.phases import Phase
-from vllm_sentinel.record import Record
-from vllm_sentinel.tracker import UnitTracker
+from vllm_sentinel.engine.catalog.phases import Phase
+from vllm_sentinel.engine.decode.record import Record
+from vllm_sentinel.engine.tracker import UnitTracker
 
 __all__ = [
     "CORPUS",

@@ -15,10 +15,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from vllm_sentinel.journal import JournalBatch
-from vllm_sentinel.journal_json import JournalJsonDecoder
+from vllm_sentinel.engine.decode.journal_json import JournalJsonDecoder
+from vllm_sentinel.engine.decode.record import Record
 from vllm_sentinel.monitor import Monitor
-from vllm_sentinel.record import Record
+from vllm_sentinel.sources.journal import JournalBatch
 
 __all__ = ["KIMI_INCIDENT", "ManualClock", "events", "journal_records", "play"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from vllm_sentinel.record import Record
+from vllm_sentinel.engine.decode.record import Record
 
 T0 = datetime(2026, 11, 28, 23, 35, 0, tzinfo=UTC)
 UNIT = "vllm-kimi-k25.service"

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from vllm_sentinel.causes import CrashCause
-from vllm_sentinel.phases import Outcome, Phase
-from vllm_sentinel.snapshot import (
+from vllm_sentinel.engine.catalog.causes import CrashCause
+from vllm_sentinel.engine.catalog.phases import Outcome, Phase
+from vllm_sentinel.engine.snapshot import (
     CollectorState,
     CrashInfo,
     EtaBasis,

@@ -40,7 +40,7 @@ from typing import Any, Self
 import asyncssh
 
 from tests.support.daemon import free_port
-from vllm_sentinel.transport import SshSettings
+from vllm_sentinel.sources.transport import SshSettings
 
 __all__ = [
     "OpenSshServer",

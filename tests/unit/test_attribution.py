@@ -1,4 +1,4 @@
-"""Tests for vllm_sentinel.attribution: cgroup → unit, and GPU memory per unit."""
+"""Tests for vllm_sentinel.sources.attribution: cgroup → unit, and GPU memory per unit."""
 
 from __future__ import annotations
 
@@ -6,8 +6,12 @@ from datetime import UTC, datetime
 
 import pytest
 
-from vllm_sentinel.attribution import attribute_processes, parse_cgroup, unit_from_cgroup_path
-from vllm_sentinel.snapshot import GpuDevice, GpuProcess, GpuReading
+from vllm_sentinel.engine.snapshot import GpuDevice, GpuProcess, GpuReading
+from vllm_sentinel.sources.attribution import (
+    attribute_processes,
+    parse_cgroup,
+    unit_from_cgroup_path,
+)
 
 GIB = 1 << 30
 AT = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from vllm_sentinel.causes import (
+from vllm_sentinel.engine.catalog.causes import (
     BenignMatcher,
     CrashCause,
     Evidence,

@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from vllm_sentinel.causes import DEFAULT_BENIGN_PATTERNS
 from vllm_sentinel.config import (
     JOURNALCTL_OPTIONS,
     Config,
@@ -27,10 +26,11 @@ from vllm_sentinel.config import (
     parse_shard,
     shard_of,
 )
+from vllm_sentinel.engine.catalog.causes import DEFAULT_BENIGN_PATTERNS
+from vllm_sentinel.engine.catalog.phases import STARTUP_PHASES, Phase
+from vllm_sentinel.engine.health import ProbeSettings
 from vllm_sentinel.errors import ConfigError
-from vllm_sentinel.health import ProbeSettings
-from vllm_sentinel.phases import STARTUP_PHASES, Phase
-from vllm_sentinel.transport import SshSettings
+from vllm_sentinel.sources.transport import SshSettings
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "config.example.toml"
 SECRET = "correct-horse-battery-staple"

@@ -11,10 +11,10 @@ from __future__ import annotations
 from datetime import timedelta
 
 from tests.support.records import T0, Journal
-from vllm_sentinel.causes import CrashCause
-from vllm_sentinel.phases import Outcome
-from vllm_sentinel.snapshot import CrashInfo
-from vllm_sentinel.tracker import UnitTracker
+from vllm_sentinel.engine.catalog.causes import CrashCause
+from vllm_sentinel.engine.catalog.phases import Outcome
+from vllm_sentinel.engine.snapshot import CrashInfo
+from vllm_sentinel.engine.tracker import UnitTracker
 
 A = "a" * 32
 B = "b" * 32

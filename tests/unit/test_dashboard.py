@@ -16,7 +16,7 @@ import yaml
 
 from tests.conftest import require_binary
 from tests.support.promql import DEFAULT_VARIABLES, dashboard_expressions, dashboard_queries
-from vllm_sentinel.causes import CrashCause
+from vllm_sentinel.engine.catalog.causes import CrashCause
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD_PATH = ROOT / "deploy" / "grafana" / "vllm-sentinel.json"

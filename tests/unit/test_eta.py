@@ -8,7 +8,8 @@ from datetime import UTC, datetime
 import pytest
 
 from tests.support.snapshots import at, incarnation
-from vllm_sentinel.eta import (
+from vllm_sentinel.engine.catalog.phases import Outcome, Phase
+from vllm_sentinel.engine.eta import (
     HISTORY_SIZE,
     comparable,
     compare_startup,
@@ -19,8 +20,7 @@ from vllm_sentinel.eta import (
     startup_record,
     usual_phase_seconds,
 )
-from vllm_sentinel.phases import Outcome, Phase
-from vllm_sentinel.snapshot import (
+from vllm_sentinel.engine.snapshot import (
     EtaBasis,
     IncarnationSnapshot,
     Progress,

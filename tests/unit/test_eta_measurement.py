@@ -9,8 +9,8 @@ from types import ModuleType
 
 import pytest
 
-from vllm_sentinel.phases import Phase
-from vllm_sentinel.snapshot import EtaBasis
+from vllm_sentinel.engine.catalog.phases import Phase
+from vllm_sentinel.engine.snapshot import EtaBasis
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "measure-eta.py"

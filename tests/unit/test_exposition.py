@@ -13,18 +13,18 @@ from prometheus_client import Gauge, make_wsgi_app
 from prometheus_client.exposition import generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
-import vllm_sentinel.exporter as exporter
+import vllm_sentinel.serve.exporter as exporter
 from tests.support.snapshots import basic_snapshot
-from vllm_sentinel.causes import CrashCause
-from vllm_sentinel.exporter import (
+from vllm_sentinel.engine.catalog.causes import CrashCause
+from vllm_sentinel.engine.snapshot import CrashInfo, Snapshot
+from vllm_sentinel.serve.exporter import (
     SentinelCollector,
     SentinelRegistry,
     make_metrics_app,
     make_registry,
     render_exposition,
 )
-from vllm_sentinel.metrics import METRICS, MetricDefinition, MetricType, Sample
-from vllm_sentinel.snapshot import CrashInfo, Snapshot
+from vllm_sentinel.serve.metrics import METRICS, MetricDefinition, MetricType, Sample
 
 PROMETHEUS_ACCEPT = (
     "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;"

@@ -10,13 +10,13 @@ import re
 
 import pytest
 
-from vllm_sentinel.causes import CrashCause, classify_exception
-from vllm_sentinel.failure_lines import FAILURE_LINES, Effect, classify_failure_line
-from vllm_sentinel.markers import CRASH_REPORTERS, CrashReporter, crash_reporter
-from vllm_sentinel.phases import Outcome, Phase
+from vllm_sentinel.engine.catalog.causes import CrashCause, classify_exception
+from vllm_sentinel.engine.catalog.failure_lines import FAILURE_LINES, Effect, classify_failure_line
+from vllm_sentinel.engine.catalog.markers import CRASH_REPORTERS, CrashReporter, crash_reporter
+from vllm_sentinel.engine.catalog.phases import Outcome, Phase
+from vllm_sentinel.engine.decode.vllm_line import parse_line
+from vllm_sentinel.engine.snapshot import UnitSnapshot
 from vllm_sentinel.replay import replay
-from vllm_sentinel.snapshot import UnitSnapshot
-from vllm_sentinel.vllm_line import parse_line
 
 C = CrashCause
 
@@ -488,7 +488,7 @@ class TestHoldoutClasses:
 
     def test_another_programs_own_line_keeps_its_prefix(self) -> None:
         """LMCache's `[stamp] LMCache INFO: …` is not vLLM's line (corpus 042)."""
-        from vllm_sentinel.text_log import TextLogDecoder
+        from vllm_sentinel.engine.decode.text_log import TextLogDecoder
 
         decoder = TextLogDecoder("vllm")
         line = b"[2025-07-18 19:52:38,710] LMCache INFO: Loading LMCache config file x.yaml\n"

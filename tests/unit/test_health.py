@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 from tests.support.snapshots import at, incarnation, unit_snapshot
-from vllm_sentinel.health import (
+from vllm_sentinel.engine.catalog.phases import Outcome, Phase
+from vllm_sentinel.engine.decode.record import Record
+from vllm_sentinel.engine.health import (
     HealthProbeResult,
     HealthTracker,
     ProbeOutcome,
@@ -20,9 +22,7 @@ from vllm_sentinel.health import (
     probe_target,
     with_probe_readiness,
 )
-from vllm_sentinel.phases import Outcome, Phase
-from vllm_sentinel.record import Record
-from vllm_sentinel.tracker import UnitTracker
+from vllm_sentinel.engine.tracker import UnitTracker
 
 EXAMPLES = Path(__file__).with_name("api_url_examples.tsv")
 KEY = ("inv-1", at(0))

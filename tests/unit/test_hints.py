@@ -11,9 +11,14 @@ from typing import Any
 
 import pytest
 
-from vllm_sentinel.causes import DEFAULT_BENIGN_PATTERNS, CrashCause, classify_exception
-from vllm_sentinel.failure_lines import classify_failure_line
-from vllm_sentinel.hints import (
+from vllm_sentinel.engine.catalog.causes import (
+    DEFAULT_BENIGN_PATTERNS,
+    CrashCause,
+    classify_exception,
+)
+from vllm_sentinel.engine.catalog.failure_lines import classify_failure_line
+from vllm_sentinel.engine.catalog.phases import Phase
+from vllm_sentinel.engine.hints import (
     BENIGN_NOTES,
     CAUSE_HINTS,
     CONDITIONS,
@@ -26,10 +31,9 @@ from vllm_sentinel.hints import (
     hint_for,
     runbook_anchor,
 )
-from vllm_sentinel.phases import Phase
+from vllm_sentinel.engine.report import render_text
+from vllm_sentinel.engine.snapshot import CrashInfo, GpuProcessUsage
 from vllm_sentinel.replay import replay
-from vllm_sentinel.report import render_text
-from vllm_sentinel.snapshot import CrashInfo, GpuProcessUsage
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNBOOK = ROOT / "docs" / "runbook.md"

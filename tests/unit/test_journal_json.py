@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import orjson
 
-from vllm_sentinel.journal_json import JournalJsonDecoder, decode_field
+from vllm_sentinel.engine.decode.journal_json import JournalJsonDecoder, decode_field
 
 
 def _line(**fields: object) -> bytes:

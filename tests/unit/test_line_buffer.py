@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from vllm_sentinel.line_buffer import LineBuffer, NulGaps
+from vllm_sentinel.engine.decode.line_buffer import LineBuffer, NulGaps
 
 
 def _lines(buffer: LineBuffer, chunks: list[bytes]) -> list[bytes]:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_sentinel.markers import (
+from vllm_sentinel.engine.catalog.markers import (
     MARKERS,
     SYSTEMD_MARKERS,
     Event,
@@ -15,8 +15,8 @@ from vllm_sentinel.markers import (
     SystemdEvent,
     match_systemd,
 )
-from vllm_sentinel.phases import Phase
-from vllm_sentinel.vllm_line import parse_line
+from vllm_sentinel.engine.catalog.phases import Phase
+from vllm_sentinel.engine.decode.vllm_line import parse_line
 
 EXAMPLES = Path(__file__).with_name("marker_examples.tsv")
 

@@ -14,11 +14,12 @@ from prometheus_client.openmetrics.exposition import generate_latest as generate
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
 from tests.support.snapshots import AT, at, basic_snapshot, incarnation, unit_snapshot
-from vllm_sentinel.causes import CrashCause
-from vllm_sentinel.exporter import SentinelCollector, make_registry
-from vllm_sentinel.history import HISTORY_SKIP_REASON
-from vllm_sentinel.journal_json import SKIP_REASONS
-from vllm_sentinel.metrics import (
+from vllm_sentinel.engine.catalog.causes import CrashCause
+from vllm_sentinel.engine.catalog.phases import STARTUP_PHASES, Phase
+from vllm_sentinel.engine.decode.journal_json import SKIP_REASONS
+from vllm_sentinel.engine.snapshot import CollectorState, CrashInfo, HostSnapshot, Snapshot
+from vllm_sentinel.serve.exporter import SentinelCollector, make_registry
+from vllm_sentinel.serve.metrics import (
     LABEL_VALUE_LIMIT,
     LOG_LEVELS,
     METRICS,
@@ -27,8 +28,7 @@ from vllm_sentinel.metrics import (
     bound_label,
     metrics_markdown_table,
 )
-from vllm_sentinel.phases import STARTUP_PHASES, Phase
-from vllm_sentinel.snapshot import CollectorState, CrashInfo, HostSnapshot, Snapshot
+from vllm_sentinel.state.history_store import HISTORY_SKIP_REASON
 
 NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 LABEL = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")

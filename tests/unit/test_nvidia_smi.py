@@ -1,8 +1,9 @@
-"""Tests for vllm_sentinel.nvidia_smi: nvidia-smi CSV → devices and processes."""
+"""Tests for vllm_sentinel.sources.nvidia_smi: nvidia-smi CSV → devices and processes."""
 
 from __future__ import annotations
 
-from vllm_sentinel.nvidia_smi import (
+from vllm_sentinel.engine.snapshot import GpuDevice, GpuProcess
+from vllm_sentinel.sources.nvidia_smi import (
     MIB,
     QUERY_APPS_ARGV,
     QUERY_GPUS_ARGV,
@@ -11,7 +12,6 @@ from vllm_sentinel.nvidia_smi import (
     parse_gpus,
     stream_argv,
 )
-from vllm_sentinel.snapshot import GpuDevice, GpuProcess
 
 H200_UUIDS = [
     "GPU-8d1d4a5c-7f36-2e1b-94b8-3a6f0c2e5d11",

@@ -14,15 +14,15 @@ from typing import Any
 import pytest
 
 from tests.support.snapshots import AT, at, basic_snapshot, incarnation
-from vllm_sentinel.causes import CrashCause
-from vllm_sentinel.page import render_main, render_page
-from vllm_sentinel.phases import Outcome, Phase
-from vllm_sentinel.report import status_document
-from vllm_sentinel.snapshot import CrashInfo, EtaBasis, Snapshot, UnitHealth
+from vllm_sentinel.engine.catalog.causes import CrashCause
+from vllm_sentinel.engine.catalog.phases import Outcome, Phase
+from vllm_sentinel.engine.report import status_document
+from vllm_sentinel.engine.snapshot import CrashInfo, EtaBasis, Snapshot, UnitHealth
+from vllm_sentinel.serve.page import render_main, render_page
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "deploy" / "grafana" / "vllm-sentinel.json"
-STATIC = resources.files("vllm_sentinel").joinpath("static")
+STATIC = resources.files("vllm_sentinel.serve").joinpath("static")
 HIDDEN = ("script", "style", "title", "progress")  # a progress bar's text is its fallback
 BLOCKS = ("td", "th", "div", "p", "li", "h2", "span", "tr", "section")
 HOSTILE = "<script>alert('x')</script><img src=x onerror=alert(1)>"

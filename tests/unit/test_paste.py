@@ -9,7 +9,7 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
-from vllm_sentinel.paste import (
+from vllm_sentinel.engine.decode.paste import (
     PASTE_ARTEFACTS,
     TRANSLATED_LEVELS,
     normalize_fullwidth,
@@ -17,9 +17,9 @@ from vllm_sentinel.paste import (
     split_records,
     strip_html,
 )
+from vllm_sentinel.engine.decode.text_log import TextLogDecoder
+from vllm_sentinel.engine.decode.vllm_line import LineKind, parse_line
 from vllm_sentinel.replay import replay
-from vllm_sentinel.text_log import TextLogDecoder
-from vllm_sentinel.vllm_line import LineKind, parse_line
 
 ROOT = Path(__file__).resolve().parents[2]
 

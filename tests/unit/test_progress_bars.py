@@ -5,11 +5,11 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from tests.support.records import T0, Journal
-from vllm_sentinel.eta import log_remaining_seconds
-from vllm_sentinel.phases import Phase
-from vllm_sentinel.record import Record
-from vllm_sentinel.snapshot import IncarnationSnapshot
-from vllm_sentinel.tracker import UnitTracker
+from vllm_sentinel.engine.catalog.phases import Phase
+from vllm_sentinel.engine.decode.record import Record
+from vllm_sentinel.engine.eta import log_remaining_seconds
+from vllm_sentinel.engine.snapshot import IncarnationSnapshot
+from vllm_sentinel.engine.tracker import UnitTracker
 
 A = "a" * 32
 TP0 = "(Worker_TP0 pid=221343) "

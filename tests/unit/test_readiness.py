@@ -8,9 +8,11 @@ from datetime import timedelta
 import pytest
 
 from tests.support.snapshots import AT, at, basic_snapshot, incarnation, unit_snapshot
-from vllm_sentinel.causes import CrashCause
-from vllm_sentinel.phases import Outcome, Phase
-from vllm_sentinel.readiness import (
+from vllm_sentinel.engine.catalog.causes import CrashCause
+from vllm_sentinel.engine.catalog.phases import Outcome, Phase
+from vllm_sentinel.engine.report import iso_utc
+from vllm_sentinel.engine.snapshot import CrashInfo, EtaBasis, Progress, UnitHealth
+from vllm_sentinel.serve.readiness import (
     HTTP_STATUS,
     UnitState,
     find_unit,
@@ -18,8 +20,6 @@ from vllm_sentinel.readiness import (
     unit_state,
     units_document,
 )
-from vllm_sentinel.report import iso_utc
-from vllm_sentinel.snapshot import CrashInfo, EtaBasis, Progress, UnitHealth
 
 
 def _loading(**fields: object) -> object:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from vllm_sentinel.metrics import metrics_markdown_table
+from vllm_sentinel.serve.metrics import metrics_markdown_table
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

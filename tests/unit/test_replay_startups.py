@@ -9,10 +9,10 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
-from vllm_sentinel.phases import Phase
+from vllm_sentinel.engine.catalog.phases import Phase
+from vllm_sentinel.engine.report import render_text, to_json
+from vllm_sentinel.engine.snapshot import EtaBasis, UnitSnapshot
 from vllm_sentinel.replay import replay
-from vllm_sentinel.report import render_text, to_json
-from vllm_sentinel.snapshot import EtaBasis, UnitSnapshot
 
 LOG = (
     Path(__file__).parents[1]

@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import Any
 
 from tests.support.snapshots import AT, basic_snapshot
-from vllm_sentinel.causes import CrashCause
-from vllm_sentinel.hints import HintContext
-from vllm_sentinel.phases import Outcome, Phase
+from vllm_sentinel.engine.catalog.causes import CrashCause
+from vllm_sentinel.engine.catalog.phases import Outcome, Phase
+from vllm_sentinel.engine.hints import HintContext
+from vllm_sentinel.engine.report import render_status, render_text, status_document, unit_to_json
+from vllm_sentinel.engine.snapshot import CrashInfo, EtaBasis, GpuProcessUsage, Snapshot, UnitHealth
+from vllm_sentinel.engine.tracker import RECENT_EVENTS_KEPT
 from vllm_sentinel.replay import replay
-from vllm_sentinel.report import render_status, render_text, status_document, unit_to_json
-from vllm_sentinel.snapshot import CrashInfo, EtaBasis, GpuProcessUsage, Snapshot, UnitHealth
-from vllm_sentinel.tracker import RECENT_EVENTS_KEPT
 
 INCIDENT = "\n".join(
     [

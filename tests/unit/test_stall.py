@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from vllm_sentinel.phases import Phase
-from vllm_sentinel.stall import GpuGrowth, is_slow, is_stalled
+from vllm_sentinel.engine.catalog.phases import Phase
+from vllm_sentinel.engine.stall import GpuGrowth, is_slow, is_stalled
 
 T0 = datetime(2026, 11, 28, 23, 37, 52, tzinfo=UTC)
 MIN = timedelta(minutes=1)

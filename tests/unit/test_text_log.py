@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from vllm_sentinel.text_log import TextLogDecoder
+from vllm_sentinel.engine.decode.text_log import TextLogDecoder
 
 
 def _decode(data: bytes, **options: object) -> list:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from vllm_sentinel.tracebacks import TracebackAssembler
+from vllm_sentinel.engine.tracebacks import TracebackAssembler
 
 
 def _feed(

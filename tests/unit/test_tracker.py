@@ -6,11 +6,11 @@ import json
 from datetime import UTC, datetime, timedelta
 
 from tests.support.records import T0, Journal
-from vllm_sentinel.causes import CrashCause
-from vllm_sentinel.phases import Outcome, Phase
-from vllm_sentinel.record import Record
-from vllm_sentinel.snapshot import IncarnationSnapshot
-from vllm_sentinel.tracker import BENIGN_LINES_KEPT, RECENT_EVENTS_KEPT, UnitTracker
+from vllm_sentinel.engine.catalog.causes import CrashCause
+from vllm_sentinel.engine.catalog.phases import Outcome, Phase
+from vllm_sentinel.engine.decode.record import Record
+from vllm_sentinel.engine.snapshot import IncarnationSnapshot
+from vllm_sentinel.engine.tracker import BENIGN_LINES_KEPT, RECENT_EVENTS_KEPT, UnitTracker
 
 A = "a" * 32
 B = "b" * 32

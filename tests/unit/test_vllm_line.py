@@ -6,7 +6,12 @@ import json
 
 import pytest
 
-from vllm_sentinel.vllm_line import LineKind, Role, collapse_carriage_returns, parse_line
+from vllm_sentinel.engine.decode.vllm_line import (
+    LineKind,
+    Role,
+    collapse_carriage_returns,
+    parse_line,
+)
 
 
 @pytest.mark.parametrize(

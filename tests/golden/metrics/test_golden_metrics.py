@@ -16,7 +16,7 @@ from prometheus_client import generate_latest
 from tests.conftest import require_binary
 from tests.support.snapshots import basic_snapshot
 from vllm_sentinel import __version__
-from vllm_sentinel.exporter import SentinelCollector, make_registry
+from vllm_sentinel.serve.exporter import SentinelCollector, make_registry
 
 HERE = Path(__file__).parent
 GOLDEN = HERE / "basic.prom"

@@ -101,4 +101,4 @@ class TestEditableInstall:
             [str(venv / "bin" / "python"), "-c", probe],
             cwd=tmp_path, capture_output=True, check=True, env=build_env(), timeout=60,
         ).stdout.decode().strip()  # fmt: skip
-        assert module == str(tree / "vllm_sentinel" / "tracker.py")
+        assert module == str(tree / "vllm_sentinel" / "engine" / "tracker.py")

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from collections import Counter, deque
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Final
 
@@ -95,16 +96,57 @@ class CrashBook:
         exception: str,
         message: str,
         time: datetime | None,
+        *,
+        pid: int | None = None,
+        survivable: bool = False,
     ) -> Evidence:
-        """Keep one reason ``incarnation`` may have crashed (message cut to 1,000 chars)."""
+        """Keep one reason ``incarnation`` may have crashed (message cut to 1,000 chars).
+
+        ``pid`` and ``survivable``: a process's own line (see ``survived``).
+        """
         self._seq += 1
         evidence = incarnation.evidence
-        item = Evidence(cause, kind, exception, message[:1000], time, self._seq)
+        item = Evidence(cause, kind, exception, message[:1000], time, self._seq, pid, survivable)
         evidence.append(item)
         if len(evidence) > _MAX_EVIDENCE:
             # keep the best candidates (most direct kind, earliest), whatever their arrival order
             evidence.remove(max(evidence, key=_evidence_rank))
         return item
+
+    @staticmethod
+    def supersede_lines(incarnation: Incarnation, exception: Evidence) -> None:
+        """The exception an ERROR line stated arrived: the line (same cause, no class) is no
+        longer evidence; the exception says it with its class."""
+        evidence = incarnation.evidence
+        evidence[:] = [
+            item
+            for item in evidence
+            if item is exception
+            or item.exception
+            or not item.survivable
+            or item.cause is not exception.cause
+        ]
+
+    @staticmethod
+    def survived(incarnation: Incarnation, pid: int | None) -> bool:
+        """Process ``pid`` made progress: what it printed before did not end it.
+
+        Its survivable evidence so far (and that of lines whose process is unknown, such as
+        bare exception lines a library printed at import) becomes ``NOISE``: still shown when
+        nothing else is known, never chosen over a failure that came later. True when some
+        evidence changed.
+        """
+        evidence = incarnation.evidence
+        changed = False
+        for index, item in enumerate(evidence):
+            if (
+                item.survivable
+                and item.kind is not EvidenceKind.NOISE
+                and (item.pid is None or item.pid == pid)
+            ):
+                evidence[index] = replace(item, kind=EvidenceKind.NOISE, survivable=False)
+                changed = True
+        return changed
 
     # --- ending --------------------------------------------------------------------------
 

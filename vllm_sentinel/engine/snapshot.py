@@ -156,6 +156,7 @@ class IncarnationSnapshot:
     api_url: str | None = None  # where its API server listens, from its logs (health.py)
     benign_lines: tuple[str, ...] = ()  # the first few ERROR lines matched as benign (bodies)
     start_seen: bool = False
+    phase_ended_at: datetime | None = None  # a line said the current phase ended then
 
     @property
     def phase_entered_at(self) -> datetime | None:

@@ -45,7 +45,7 @@ from vllm_sentinel.engine.catalog.causes import (
 from vllm_sentinel.engine.catalog.phases import Outcome, Phase
 from vllm_sentinel.engine.counters import CarriedCrash, micros
 from vllm_sentinel.engine.incarnation import RECENT_EVENTS_KEPT, Incarnation
-from vllm_sentinel.engine.snapshot import CrashInfo
+from vllm_sentinel.engine.snapshot import CrashInfo, EarlierIncarnations
 
 __all__ = ["CrashBook"]
 
@@ -85,6 +85,11 @@ class CrashBook:
         self.recent_crashes: deque[datetime] = deque(maxlen=RECENT_EVENTS_KEPT)  # history too
         self.recent: deque[CrashInfo] = deque(maxlen=_RECENT)  # counted, as counted
         self._carried: dict[str, CarriedCrash] = {}
+        # the incarnations forgotten (``forget``), summed up: how many, how each ended, when
+        self._earlier_count = 0
+        self._earlier_by: Counter[str] = Counter()
+        self._earlier_first: datetime | None = None
+        self._earlier_last: datetime | None = None
 
     # --- evidence ------------------------------------------------------------------------
 
@@ -283,7 +288,25 @@ class CrashBook:
             self.settle_one(incarnation)
             self.unsettled.remove(incarnation)
         if incarnation.outcome is Outcome.CRASHED:
-            self.last_evicted_crash = self.crash_info(incarnation)
+            self.last_evicted_crash = crash = self.crash_info(incarnation)
+            self._earlier_by[crash.cause.value] += 1
+        else:
+            self._earlier_by[incarnation.outcome.value] += 1
+        self._earlier_count += 1
+        started, ended = incarnation.started_at, incarnation.ended_at
+        if started is not None and (self._earlier_first is None or started < self._earlier_first):
+            self._earlier_first = started
+        if ended is not None and (self._earlier_last is None or ended > self._earlier_last):
+            self._earlier_last = ended
+
+    def earlier(self) -> EarlierIncarnations:
+        """The forgotten incarnations, summed up (most frequent outcome first)."""
+        if not self._earlier_count:
+            return EarlierIncarnations()
+        by_outcome = dict(sorted(self._earlier_by.items(), key=lambda item: (-item[1], item[0])))
+        return EarlierIncarnations(
+            self._earlier_count, by_outcome, self._earlier_first, self._earlier_last
+        )
 
     def unsettled_since(self) -> datetime | None:
         """When the earliest crash that will count but is not counted yet ended (UTC)."""

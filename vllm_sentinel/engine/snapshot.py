@@ -19,6 +19,7 @@ from vllm_sentinel.engine.counters import UnitCounters
 __all__ = [
     "CollectorState",
     "CrashInfo",
+    "EarlierIncarnations",
     "EtaBasis",
     "GpuDevice",
     "GpuProcess",
@@ -232,6 +233,25 @@ class UnitHealth:
 
 
 @dataclass(frozen=True, slots=True)
+class EarlierIncarnations:
+    """The incarnations a unit's tracker no longer keeps (it keeps the last few), summed up.
+
+    Attributes:
+        count: how many were forgotten.
+        by_outcome: how each ended: a crash by its root cause (``killed``,
+            ``kv_cache_insufficient``), otherwise its outcome (``stopped``, ``running``),
+            most frequent first.
+        first_started_at: when the earliest of them started (UTC), if known.
+        last_ended_at: when the latest of them ended (UTC), if known.
+    """
+
+    count: int = 0
+    by_outcome: Mapping[str, int] = field(default_factory=dict)
+    first_started_at: datetime | None = None
+    last_ended_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class UnitSnapshot:
     """Everything known about one unit on one host.
 
@@ -314,6 +334,7 @@ class UnitSnapshot:
     eta_overdue_seconds: float | None = None
     unit_name_known: bool = True
     log_times_local: bool = False
+    earlier: EarlierIncarnations = field(default_factory=EarlierIncarnations)
 
     @property
     def current(self) -> IncarnationSnapshot | None:

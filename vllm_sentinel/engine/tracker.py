@@ -909,6 +909,7 @@ class UnitTracker:
             startup_duration_seconds=self._startup_duration,
             recent_starts=tuple(self._incs.recent_starts),
             recent_crashes=tuple(crashes.recent_crashes),
+            earlier=crashes.earlier(),
         )
         return self._snapshot
 

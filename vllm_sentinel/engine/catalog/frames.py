@@ -77,6 +77,14 @@ FRAME_PHASES: tuple[FramePhase, ...] = (
         "0.6.6–0.33.0",
     ),
     FramePhase(
+        Phase.PROFILING_KV_CACHE,
+        r'/vllm/v1/core/kv_cache_utils\.py", line \d+, in (?:check_enough_kv_cache_memory'
+        r"|_?get_kv_cache_config\w*|get_kv_cache_groups|unify_\w+)$",
+        "vllm/v1/core/kv_cache_utils.py (sizing the KV cache: check_enough_kv_cache_memory, "
+        "get_kv_cache_config(s))",
+        "0.7–0.33.0",
+    ),
+    FramePhase(
         Phase.CAPTURING_CUDA_GRAPHS,
         _RUNNER + r"capture_model$",
         "vllm/worker/model_runner.py (V0), vllm/v1/worker/gpu_model_runner.py, "

@@ -96,7 +96,10 @@ def judge_at_end(unit: UnitSnapshot) -> UnitSnapshot:
         if record is not None:
             records = remember(records, record) or records
     usual = usual_phase_seconds(same_model(records, current.model), current.phase)
-    slow = is_slow(current.phase, current.phase_entered_at, usual, now)
+    # a phase a line said ended (markers.PHASE_ENDS) is over: the next one is under way
+    slow = current.phase_ended_at is None and is_slow(
+        current.phase, current.phase_entered_at, usual, now
+    )
     estimate = estimate_ready(current, records, now)
     if estimate is None and usual is None:
         return unit

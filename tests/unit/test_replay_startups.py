@@ -108,3 +108,21 @@ class TestTheEndOfTheLog:
         text = render_text(replay([[self.LOG_101.read_bytes()]]).units)
         assert "startup 31s: no earlier start in this input that became ready" in text
         assert "to compare with" not in text
+
+
+class TestEndedPhase:
+    """A phase a line said ended is never slow: the next one is under way (markers.PHASE_ENDS)."""
+
+    def test_after_model_loading_took_loading_is_not_slow(self) -> None:
+        """Five minutes after `Model loading took` (a long Dynamo trace, no compile line yet),
+        against a usual 3 s load: not slow in loading; the ETA counts the time against the
+        later phases (59 s of them, all spent: overdue)."""
+        waiting = (
+            b"(APIServer pid=1) INFO 06-07 09:01:00 [utils.py:807] Waiting for 1 local, 0 "
+            b"remote core engine proc(s) to start.\n"
+        )
+        unit = _replay(LOG.read_bytes(), _head(CUT), waiting)
+        assert unit.current is not None and unit.current.phase is Phase.LOADING_WEIGHTS
+        assert unit.usual_phase_seconds == 3.0
+        assert not unit.slow
+        assert unit.eta_seconds is None and unit.eta_overdue_seconds == 241.0

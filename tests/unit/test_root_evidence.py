@@ -198,3 +198,35 @@ class TestPhases:
         (compiling,) = [e for e in unit.incarnations[-1].phases if e.phase is Phase.COMPILING]
         assert compiling.entered_at is not None
         assert compiling.entered_at.strftime("%H:%M:%S") == "14:38:40"
+
+
+class TestLateFrames:
+    """A traceback delivered after systemd's verdict still names the phase it was raised in."""
+
+    def test_the_crash_phase_follows_a_late_traceback(self) -> None:
+        """journald hands over a worker's traceback after the exit: the crash moves from
+        compiling (its last marker) to profiling_kv_cache (its frames), as when in order."""
+        from tests.support.records import Journal
+        from vllm_sentinel.engine.tracker import UnitTracker
+
+        journal, tracker, inv = Journal(), UnitTracker("vllm-kimi-k25.service"), "d" * 32
+        lines = _profile_run_oom()
+        markers, traceback = lines[:6], lines[6:]
+        tracker.feed(journal.at(0).systemd("Started vllm-kimi-k25.service - vLLM.", inv))
+        for offset, line in enumerate(markers, 1):
+            tracker.feed(journal.at(offset).line(line, inv, 112))
+        tracker.feed(
+            journal.at(30).systemd(
+                "vllm-kimi-k25.service: Main process exited, code=exited, status=1/FAILURE", inv
+            )
+        )
+        for line in traceback:
+            tracker.feed(journal.at(31).line(line, inv, 112))
+        tracker.finish()
+        item = tracker.snapshot().incarnations[-1]
+        assert item.crash is not None
+        assert (item.crash.cause, item.crash.phase) == (
+            CrashCause.CUDA_OOM,
+            Phase.PROFILING_KV_CACHE,
+        )
+        assert item.furthest_phase is Phase.PROFILING_KV_CACHE

@@ -30,7 +30,7 @@ import click
 
 from vllm_sentinel import __version__
 
-__all__ = ["INPUT_FORMATS", "PASSWORD_ENV", "fetch_status", "main"]
+__all__ = ["INPUT_FORMATS", "PASSWORD_ENV", "WATCH_EXIT_STATUSES", "fetch_status", "main"]
 
 INPUT_FORMATS = ("auto", "json", "text")
 """``replay --format`` choices: the values of ``replay.InputFormat``, spelled out here so that
@@ -671,6 +671,179 @@ def status_command(url: str, cacert: str | None, user: str | None, as_json: bool
         click.echo(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode())
         return
     click.echo(render_status(document), nl=False)
+
+
+WATCH_EXIT_STATUSES = (
+    "Exit status: 0 every UNIT reached the --until state; 1 a followed incarnation crashed "
+    "(its cause and fix hint on stderr, one line each); 3 one stalled; 4 the --timeout ran "
+    "out; 2 bad usage, or the journal cannot be read (connection, host key, journalctl)."
+)
+
+
+@cli.command("watch", epilog=WATCH_EXIT_STATUSES)
+@click.argument("units", nargs=-1, required=True, metavar="UNIT...")
+@click.option(
+    "--host",
+    default=None,
+    metavar="[USER@]HOST[:PORT]",
+    help="Read the journal over SSH (host key checked against --known-hosts).",
+)
+@click.option(
+    "--known-hosts",
+    default="~/.ssh/known_hosts",
+    show_default=True,
+    help="known_hosts file the --host key must be in.",
+)
+@click.option(
+    "--identity",
+    "identities",
+    multiple=True,
+    metavar="PATH",
+    help="Private key to log in to --host with (repeatable; default: the agent and ~/.ssh).",
+)
+@click.option(
+    "--directory",
+    default=None,
+    metavar="DIR",
+    help="Read the journal files in DIR (journalctl's --directory; on --host, there).",
+)
+@click.option(
+    "--until",
+    "until_text",
+    default="ready",
+    show_default=True,
+    metavar="ready|settled|PHASE",
+    help="Stop when every UNIT is ready, settled (ready or stopped), or reached PHASE.",
+)
+@click.option(
+    "--timeout",
+    "timeout_text",
+    default=None,
+    metavar="DURATION",
+    help="Give up after this long (90s, 5m, 1h30m; exit status 4). Default: never.",
+)
+@click.option("--json", "as_json", is_flag=True, help="NDJSON events on stdout, one a line.")
+@click.option(
+    "--state-directory",
+    default="/var/lib/vllm-sentinel",
+    show_default=True,
+    help="The daemon's state directory: its startup history gives the ETA (read only).",
+)
+def watch_command(
+    units: tuple[str, ...],
+    host: str | None,
+    known_hosts: str,
+    identities: tuple[str, ...],
+    directory: str | None,
+    until_text: str,
+    timeout_text: str | None,
+    as_json: bool,
+    state_directory: str,
+) -> None:
+    """Follow UNIT... from its current incarnation until it is ready, crashed or stalled.
+
+    Reads the unit's journal (this machine's, the files in --directory, or --host's over
+    SSH) from its last two starts, then as lines arrive; GPU memory from NVML here or
+    nvidia-smi on --host. Shows which incarnation it follows, the phase and time in it,
+    shards and progress, the ETA and its basis, GPU memory, stalled or slower than usual,
+    and the crash cause and fix hint of the incarnation before. On a terminal: one block
+    redrawn in place; piped: one line per event; --json: NDJSON events. Same engine and
+    rules as the daemon (see docs/watch.md).
+    """
+    import asyncio
+
+    from vllm_sentinel.config import local_host_name, validate_unit_pattern
+    from vllm_sentinel.watch import (
+        JsonOutput,
+        LineOutput,
+        LiveOutput,
+        WatchJudge,
+        WatchOutput,
+        WatchTarget,
+        parse_duration,
+        parse_until,
+        run_watch,
+    )
+
+    names = []
+    for unit in units:
+        name = unit if "." in unit.rsplit("@", 1)[-1] else f"{unit}.service"
+        try:
+            validate_unit_pattern(name)
+        except ValueError as error:
+            _fail(f"watch: {error}")
+        if any(char in name for char in "*?["):
+            _fail(f"watch: {unit!r}: name the units to follow (no globs)")
+        names.append(name)
+    try:
+        until = parse_until(until_text)
+        timeout = parse_duration(timeout_text) if timeout_text is not None else None
+    except ValueError as error:
+        _fail(f"watch: {error}")
+    _setup_logging("console", "error")
+    journalctl_args = (f"--directory={directory}",) if directory else ()
+    if host is None:
+        from vllm_sentinel.sources.transport import LocalTransport
+
+        name = local_host_name()
+        target = WatchTarget(
+            name,
+            LocalTransport(name),
+            journalctl_args,
+            gpu="nvml",
+            history_directory=os.path.join(state_directory, "history"),
+        )
+    else:
+        from vllm_sentinel.init_config import InitConfigError, parse_ssh_target
+        from vllm_sentinel.sources.transport import SshSettings, SshTransport
+
+        try:
+            parsed = parse_ssh_target(host)
+        except InitConfigError as error:
+            _fail(f"watch: {str(error).replace('--ssh', '--host', 1)}")
+        settings = SshSettings(
+            address=parsed.address,
+            port=parsed.port,
+            user=parsed.user,
+            client_keys=identities,
+            known_hosts=known_hosts,
+        )
+        target = WatchTarget(
+            parsed.name,
+            SshTransport(parsed.name, settings),
+            journalctl_args,
+            gpu="nvidia-smi",
+            history_directory=os.path.join(state_directory, "history"),
+        )
+
+    def output(judge: WatchJudge) -> WatchOutput:
+        if as_json:
+            return JsonOutput(sys.stdout)
+        if sys.stdout.isatty():
+            import shutil
+
+            return LiveOutput(sys.stdout, judge, shutil.get_terminal_size().columns)
+        return LineOutput(sys.stdout)
+
+    result: list[int] = []
+
+    async def follow() -> None:
+        result.append(
+            await run_watch(
+                target,
+                names,
+                until,
+                output,
+                timeout_seconds=timeout,
+                err=lambda line: click.echo(f"vllm-sentinel: {line}", err=True),
+            )
+        )
+
+    try:
+        asyncio.run(_until_signal(follow()))
+    except KeyboardInterrupt:  # before the handlers were installed
+        sys.exit(FORCED_EXIT_STATUS)
+    sys.exit(result[0] if result else FORCED_EXIT_STATUS)  # stopped by a signal: 130
 
 
 def main() -> None:

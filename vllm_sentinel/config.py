@@ -89,6 +89,7 @@ __all__ = [
     "check_config",
     "default_config",
     "load_config",
+    "local_host_name",
     "parse_config",
     "parse_listen_address",
     "parse_shard",
@@ -662,6 +663,12 @@ class HostConfig(BaseModel):
     def probe_policy(self) -> ProbePolicy:
         """Return how this host's units are probed (``[defaults.health_probe]`` merged in)."""
         return self.health_probe.policy()
+
+
+def local_host_name() -> str:
+    """This machine's short host name, as the default config names the local host (the
+    daemon's ``host`` label; ``localhost`` when the name is not a valid label)."""
+    return _local_host_name()
 
 
 def _local_host_name() -> str:

@@ -547,8 +547,17 @@ class WatchJudge:
         total = sum(unit.gpu_memory_used_bytes.values())
         if gpu and state.gpu_start_bytes is None:
             state.gpu_start_bytes = total
-        key = (orjson.dumps(progress), orjson.dumps(gpu), unit.eta_seconds is None)
-        if key == state.progress_key or not (progress or gpu):
+        eta = _eta(unit)
+        ready_at = unit.expected_ready_at
+        key = (
+            orjson.dumps(progress),
+            orjson.dumps(gpu),
+            unit.eta_basis,
+            unit.eta_overdue_seconds is None,
+            # a new ETA when the expected ready time moved by 10 s, not each second it counts
+            round(ready_at.timestamp() / 10) if ready_at is not None else None,
+        )
+        if key == state.progress_key or not (progress or gpu or eta):
             return []
         now = self._monotonic()
         if state.progress_at is not None and now - state.progress_at < self._interval:
@@ -560,7 +569,6 @@ class WatchJudge:
         if gpu:
             fields["gpu_memory_bytes"] = gpu
             fields["gpu_memory_growth_bytes"] = total - (state.gpu_start_bytes or total)
-        eta = _eta(unit)
         if eta is not None:
             fields["eta"] = eta
         return [self._event("progress", unit.unit, snapshot, **fields)]

@@ -253,6 +253,56 @@ class TestWatchOnJournalFiles:
             f"{UNIT}: incarnation {B[:12]} crashed during loading_weights: cause cuda_oom" in text
         )
 
+    def test_eta_from_the_daemons_startup_history(
+        self, journal_writer: JournalWriter, tmp_path: Path
+    ) -> None:
+        """The daemon's state directory holds an earlier start of the unit (60 s of loading,
+        then 40 s to ready): B's progress event carries an ETA on that basis."""
+        from vllm_sentinel.config import local_host_name
+        from vllm_sentinel.state.history_store import encode_name
+
+        earlier = datetime.now(UTC) - timedelta(days=1)
+        folder = tmp_path / "state" / "history" / encode_name(local_host_name())
+        folder.mkdir(parents=True)
+        phases = {"starting": 5.0, "initializing": 3.0, "loading_weights": 60.0}
+        phases |= {"compiling": 20.0, "profiling_kv_cache": 10.0, "starting_api_server": 10.0}
+        start = {
+            "started_at": earlier.isoformat(),
+            "ready_at": (earlier + timedelta(seconds=108)).isoformat(),
+            "phase_seconds": phases,
+            "invocation_id": "c3" * 16,
+            "model": MODEL,
+            "vllm_version": "0.11.0",
+        }
+        document = {"format": 1, "host": local_host_name(), "unit": UNIT, "starts": [start]}
+        (folder / f"{encode_name(UNIT)}.json").write_bytes(orjson.dumps(document))
+        b_started = datetime.now(UTC) - timedelta(seconds=30)
+        journal_writer.write_readable(
+            [other_unit_line(to_realtime_us(b_started) - 1), *_start(B, b_started, 4200)]
+        )
+        with watching(_args(journal_writer, tmp_path, "--json")) as watch:
+            progress = watch.next_event("progress")
+        assert progress["phase"] == "loading_weights"
+        eta = progress["eta"]
+        assert eta["basis"] == "history"
+        # 60 s of loading usually, 22 s of it done; then 40 s: about 78 s to go
+        assert 60 < eta["seconds"] < 90
+        assert eta["text"].endswith(", from earlier starts")
+
+    def test_stall_exits_3(self, journal_writer: JournalWriter, tmp_path: Path) -> None:
+        """B has been loading without a line for 20 minutes (the daemon's threshold is 10):
+        stalled, exit 3, one line on stderr saying where."""
+        b_started = datetime.now(UTC) - timedelta(minutes=20)
+        journal_writer.write_readable(
+            [other_unit_line(to_realtime_us(b_started) - 1), *_start(B, b_started, 4200)]
+        )
+        with watching(_args(journal_writer, tmp_path, "--json")) as watch:
+            status, lines, stderr = watch.finish()
+        assert status == 3
+        assert stderr.startswith(f"vllm-sentinel: {UNIT} stalled in loading_weights: ")
+        assert stderr.count("\n") == 1
+        assert orjson.loads(lines[-1])["event"] == "stalled"
+
     def test_timeout_exits_4(self, journal_writer: JournalWriter, tmp_path: Path) -> None:
         """B never gets ready: --timeout 2s ends the watch with status 4 and says where B is."""
         b_started = datetime.now(UTC) - timedelta(seconds=30)

@@ -274,7 +274,7 @@ class TestParsing:
     @pytest.mark.parametrize("text", ["", "soon", "5 minutes", "0", "-5m"])
     def test_bad_durations(self, text: str) -> None:
         """Anything else is refused with the forms it takes."""
-        with pytest.raises(ValueError, match="duration|more than 0"):
+        with pytest.raises(ValueError, match=r"duration|more than 0"):
             parse_duration(text)
 
     def test_until(self) -> None:

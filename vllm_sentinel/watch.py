@@ -37,6 +37,7 @@ import asyncio
 import contextlib
 import re
 import sys
+import textwrap
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -712,12 +713,14 @@ class LiveOutput:
         self._judge = judge
         self._width = max(40, width)
         self._drawn = 0
-        self._notes: dict[str, str] = {}
+        self._notes: dict[str, list[str]] = {}
 
     def events(self, events: Sequence[WatchEvent], snapshot: Snapshot) -> None:
         for event in events:
-            if event.event in ("waiting", "stopped", "previous_crash", "crashed"):
-                self._notes[event.unit] = event_text(event)
+            if event.event in ("previous_crash", "crashed"):
+                self._notes[event.unit] = _crash_lines(event)
+            elif event.event in ("waiting", "stopped"):
+                self._notes[event.unit] = [event_text(event)]
             elif event.event == "following":  # its previous_crash, if any, comes next
                 self._notes.pop(event.unit, None)
         lines = self.block(snapshot)
@@ -746,9 +749,18 @@ class LiveOutput:
                     f"started {_clock(started)}{age}"
                 )
                 lines.extend(self._details(unit, followed, now))  # type: ignore[arg-type]
-            note = self._notes.get(name)
-            if note:
-                lines.append(f"  {note}")
+            for note in self._notes.get(name, ()):
+                indent = "  " + " " * (len(note) - len(note.lstrip()))
+                lines.extend(
+                    textwrap.wrap(
+                        printable(note.strip()),
+                        self._width,
+                        initial_indent=indent,
+                        subsequent_indent=indent + "  ",
+                        max_lines=4,
+                        placeholder=" …",
+                    )
+                )
         return [printable(line)[: self._width] for line in lines]
 
     @staticmethod
@@ -786,6 +798,24 @@ class LiveOutput:
 
     def close(self) -> None:
         self._stream.flush()
+
+
+def _crash_lines(event: WatchEvent) -> list[str]:
+    """A crash in the live block: what, the exception, the hint and the runbook, a line each
+    (a hint cut off at the terminal's edge helps nobody)."""
+    f = event.fields
+    head = "previous incarnation" if event.event == "previous_crash" else "incarnation"
+    wait = "; waiting for the next start" if f.get("waiting") else ""
+    lines = [
+        f"{head} {(f.get('invocation_id') or '?')[:12]} crashed during {f.get('phase')}: "
+        f"cause {f.get('cause')}{wait}"
+    ]
+    what = ": ".join(part for part in (f.get("exception"), f.get("message")) if part)
+    if what:
+        lines.append(f"  {what}")
+    lines.append(f"  hint: {f.get('hint')}")
+    lines.append(f"  runbook: {f.get('runbook')}")
+    return lines
 
 
 def _clock(value: datetime | None) -> str:

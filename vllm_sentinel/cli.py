@@ -30,7 +30,15 @@ import click
 
 from vllm_sentinel import __version__
 
-__all__ = ["INPUT_FORMATS", "PASSWORD_ENV", "WATCH_EXIT_STATUSES", "fetch_status", "main"]
+__all__ = [
+    "CONFIG_ENV",
+    "DEFAULT_CONFIG_PATH",
+    "INPUT_FORMATS",
+    "PASSWORD_ENV",
+    "WATCH_EXIT_STATUSES",
+    "fetch_status",
+    "main",
+]
 
 INPUT_FORMATS = ("auto", "json", "text")
 """``replay --format`` choices: the values of ``replay.InputFormat``, spelled out here so that
@@ -146,6 +154,36 @@ def _check_input_path(path: str) -> None:
         _fail(f"cannot read {path}: is a directory")
 
 
+CONFIG_ENV = "VLLM_SENTINEL_CONFIG"
+"""The environment variable naming the config file ``run`` and ``status`` read when no option
+says (before ``DEFAULT_CONFIG_PATH``)."""
+
+DEFAULT_CONFIG_PATH = "/etc/vllm-sentinel/config.toml"
+"""Where the README's install writes the config: ``run`` and ``status`` read it when it is there
+and neither an option nor ``$VLLM_SENTINEL_CONFIG`` names another."""
+
+
+def _check_config_readable(path: str, why: str = "") -> None:
+    """Exit 2 with one line when the config file ``path`` cannot be opened: the words of every
+    command (``run --config``, ``check-config``, ``status``)."""
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as error:
+        _fail(f"cannot read {path}: {_os_reason(error)}{why}")
+
+
+def _installed_config() -> str | None:
+    """The config file to read when no option names one: ``$VLLM_SENTINEL_CONFIG`` (which
+    must be readable: exit 2 otherwise), else ``DEFAULT_CONFIG_PATH`` when it exists, else
+    ``None``."""
+    named = os.environ.get(CONFIG_ENV)
+    if named:
+        _check_config_readable(named, f" (named by ${CONFIG_ENV})")
+        return named
+    return DEFAULT_CONFIG_PATH if os.path.exists(DEFAULT_CONFIG_PATH) else None
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="vllm-sentinel")
 def cli() -> None:
@@ -205,6 +243,7 @@ def replay_command(
             unit=unit,
             names=[os.path.basename(path) if path != "-" else "stdin" for path in files],
             reference_year=datetime.now(UTC).year,
+            labels=["stdin" if path == "-" else path for path in files],
         )
     except InputError as error:
         _fail(str(error))
@@ -265,9 +304,10 @@ def _setup_logging(log_format: str, log_level: str) -> None:
 @click.option(
     "--config",
     "config_path",
-    type=click.Path(dir_okay=False),
     default=None,
-    help="TOML config (default: watch this host's vllm*.service units).",
+    metavar="PATH",
+    help=f"TOML config (default: ${CONFIG_ENV}, else {DEFAULT_CONFIG_PATH} when it exists, "
+    "else watch this host's vllm*.service units).",
 )
 @click.option(
     "--log-format", type=click.Choice(["console", "json"]), default="console", show_default=True
@@ -298,11 +338,15 @@ def run_command(
 
     if listen is not None:
         _check_listen_option(listen)
+    if config_path is None:
+        config_path = _installed_config()
+    if config_path is not None:
+        _check_config_readable(config_path)
     _setup_logging(log_format, log_level)
     try:
         config = load_config(config_path) if config_path else default_config()
     except ConfigError as error:
-        _fail(f"invalid config: {error}")
+        _fail(_in_file(config_path, error))
 
     daemon = Daemon(config, config_path, listen=listen)
     for warning in daemon.config.warnings:  # with --listen in place
@@ -331,11 +375,7 @@ def check_config_command(path: str) -> None:
     from vllm_sentinel.errors import ConfigError
 
     _allow_fast_exit()
-    try:
-        with open(path, "rb"):
-            pass
-    except OSError as error:
-        _fail(f"cannot read {path}: {_os_reason(error)}")
+    _check_config_readable(path)
     try:
         for line in check_config(path):
             click.echo(line)
@@ -528,6 +568,37 @@ def _check_listen_option(listen: str) -> tuple[str, int]:
         _fail(f"--listen: {error}")
 
 
+_DEFAULT_STATUS_URL = "http://127.0.0.1:9842"
+
+
+def _config_url(path: str) -> str:
+    """The URL ``status`` asks for the daemon of config file ``path``: its ``[exporter]``
+    listen address (loopback for an address that means every interface), ``https://`` when
+    it serves TLS. Exit 2 with one line for a config ``run`` would refuse."""
+    from vllm_sentinel.config import load_config
+    from vllm_sentinel.errors import ConfigError
+
+    try:
+        exporter = load_config(path).exporter
+    except ConfigError as error:
+        _fail(_in_file(path, error))
+    host, port = exporter.listen_host, exporter.listen_port
+    if host in ("", "0.0.0.0"):  # noqa: S104 (read from the config, not bound here)
+        host = "127.0.0.1"
+    elif host == "::":
+        host = "::1"
+    tls = exporter.has_tls
+    if exporter.web_config_file:
+        from vllm_sentinel.serve.web_config import load_web_config
+
+        try:
+            tls = load_web_config(exporter.web_config_file).tls is not None
+        except ConfigError as error:
+            _fail(_in_file(exporter.web_config_file, error))
+    where = f"[{host}]" if ":" in host else host
+    return f"{'https' if tls else 'http'}://{where}:{port}"
+
+
 PASSWORD_ENV = "VLLM_SENTINEL_PASSWORD"  # noqa: S105  (a variable's name, not a password)
 """The environment variable ``status --user`` reads the basic-auth password from."""
 
@@ -640,9 +711,10 @@ def fetch_status(url: str, *, cacert: str | None = None, user: str | None = None
 @cli.command("status")
 @click.option(
     "--url",
-    default="http://127.0.0.1:9842",
-    show_default=True,
-    help="Base URL of a running vllm-sentinel (http:// or https://).",
+    default=None,
+    help="Base URL of a running vllm-sentinel (http:// or https://). Default: the [exporter] "
+    f"listen address of ${CONFIG_ENV}'s file, else of {DEFAULT_CONFIG_PATH} when it exists, "
+    "else http://127.0.0.1:9842.",
 )
 @click.option(
     "--cacert",
@@ -656,7 +728,7 @@ def fetch_status(url: str, *, cacert: str | None = None, user: str | None = None
     help=f"Basic-auth user; the password is read from ${PASSWORD_ENV}.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the raw /status document.")
-def status_command(url: str, cacert: str | None, user: str | None, as_json: bool) -> None:
+def status_command(url: str | None, cacert: str | None, user: str | None, as_json: bool) -> None:
     """Show hosts and units of a running daemon (from its /status).
 
     Exit status 2 with one line on stderr when the status cannot be read (401, TLS
@@ -666,6 +738,9 @@ def status_command(url: str, cacert: str | None, user: str | None, as_json: bool
 
     from vllm_sentinel.engine.report import render_status
 
+    if url is None:
+        path = _installed_config()
+        url = _config_url(path) if path is not None else _DEFAULT_STATUS_URL
     document = fetch_status(url, cacert=cacert, user=user)
     if as_json:
         click.echo(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode())

@@ -32,6 +32,7 @@ from vllm_sentinel.engine.eta import (
 from vllm_sentinel.engine.snapshot import StartupRecord, UnitSnapshot
 from vllm_sentinel.engine.stall import is_slow
 from vllm_sentinel.engine.tracker import TrackerSet, UnitTracker
+from vllm_sentinel.sources.replay_input import InputError
 
 __all__ = ["InputFormat", "ReplayResult", "detect_format", "judge_at_end", "replay"]
 
@@ -133,6 +134,7 @@ def replay(
     names: Sequence[str] | None = None,
     reference_year: int = 1970,
     benign_patterns: Sequence[str] = DEFAULT_BENIGN_PATTERNS,
+    labels: Sequence[str] | None = None,
 ) -> ReplayResult:
     """Run inputs through the engine and return every unit's final snapshot.
 
@@ -146,6 +148,11 @@ def replay(
             never merge into one timeline.
         reference_year: year for timestamps that carry none.
         benign_patterns: regexes of ERROR lines known not to be fatal.
+        labels: how an error names each input (the paths as given; default ``names``).
+
+    Raises:
+        InputError: an input read as journal JSON (``input_format=JSON``) in which no line is
+            a JSON object (plain text given ``--format json``).
 
     Returns:
         The snapshots (at the end of input: pending crashes confirmed, all crashes settled;
@@ -175,6 +182,7 @@ def replay(
     local_units: set[str] = set()  # … whose times are the host's local time, as printed
     for index, chunks in enumerate(inputs):
         decoder: JournalJsonDecoder | TextLogDecoder | None = None
+        records = 0
         input_unit = text_unit
         if unit is None and names is not None and len(names) > 1:
             input_unit = names[index]
@@ -188,10 +196,24 @@ def replay(
                     if chosen is InputFormat.JSON
                     else TextLogDecoder(input_unit, reference_year=reference_year)
                 )
-            trackers.feed_many(decoder.feed(chunk))
+            decoded = decoder.feed(chunk)
+            records += len(decoded)
+            trackers.feed_many(decoded)
         if decoder is None:
             continue
-        trackers.feed_many(decoder.flush())
+        decoded = decoder.flush()
+        trackers.feed_many(decoded)
+        if (
+            isinstance(decoder, JournalJsonDecoder)
+            and not records + len(decoded)
+            and decoder.skipped.get("invalid_json", 0) > 0
+        ):
+            label = labels or names
+            raise InputError(
+                label[index] if label is not None else "input",
+                "not journal JSON (journalctl -o json): no line is a JSON object; read it as "
+                "text with --format text (or auto)",
+            )
         skipped.update(decoder.skipped)
         if isinstance(decoder, TextLogDecoder):
             repaired.update(decoder.repaired)

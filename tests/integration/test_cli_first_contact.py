@@ -34,7 +34,11 @@ def _run(
 ) -> subprocess.CompletedProcess[bytes]:
     base = {key: value for key, value in os.environ.items() if key != "VLLM_SENTINEL_CONFIG"}
     return subprocess.run(
-        [*CLI, *args], capture_output=True, timeout=timeout, check=False, env={**base, **(env or {})}
+        [*CLI, *args],
+        capture_output=True,
+        timeout=timeout,
+        check=False,
+        env={**base, **(env or {})},
     )
 
 
@@ -94,7 +98,7 @@ class TestConfigFoundWithoutAnOption:
         result = _run("run", env={"VLLM_SENTINEL_CONFIG": str(config)})
         assert result.returncode == 2
         err = result.stderr.decode()
-        assert err.count("\n") == 1 and err.startswith(f"vllm-sentinel: {config}: "), err
+        assert err.startswith(f"vllm-sentinel: {config}: 1 invalid key\n  exporter.listen: "), err
 
     def test_a_variable_naming_a_missing_file_is_an_error(self, tmp_path: Path) -> None:
         """$VLLM_SENTINEL_CONFIG names a file that is not there: one line, exit 2."""
@@ -123,7 +127,7 @@ class TestSameFailureSameWords:
         checked = _run("check-config", str(path))
         assert (ran.returncode, checked.returncode) == (2, 2)
         assert ran.stderr.decode() == checked.stderr.decode()
-        assert ran.stderr.decode().count("\n") == 1
+        assert ran.stderr.decode().startswith("vllm-sentinel: ")
 
 
 class TestStateDirectoryUnderProc:

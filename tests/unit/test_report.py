@@ -206,6 +206,40 @@ class TestStatusEta:
         assert eta == " " * 17 + "eta: 18s · ready at 12:30:18 UTC, from earlier starts"
 
 
+class TestStatusColumns:
+    """Issue 21: columns as wide as their content; no OUTCOME column repeating PHASE."""
+
+    def _table(self) -> list[str]:
+        host = basic_snapshot().hosts[0]
+        llama = replace(
+            host.units[0], stalled=True, eta_overdue_seconds=466.0, eta_basis=EtaBasis.HISTORY
+        )
+        document = status_document(Snapshot((replace(host, units=(llama, *host.units[1:])),), AT))
+        return render_status(document).splitlines()
+
+    def test_an_overdue_eta_does_not_run_into_the_next_column(self) -> None:
+        """``overdue by 7m46s`` has its column's width: the crash cell starts after a gap,
+        at the same offset as the LAST CRASH header."""
+        lines = self._table()
+        header = next(line for line in lines if line.startswith("HOST"))
+        row = next(line for line in lines if "vllm-llama.service" in line)
+        start = header.index("LAST CRASH")
+        assert row[start:].startswith("cuda_oom: torch.OutOfMemoryError")
+        assert row[:start].rstrip().endswith("overdue by 7m46s")
+        assert row[start - 2 : start] == "  "
+
+    def test_state_says_what_phase_does_not(self) -> None:
+        """No OUTCOME column (``running`` beside a stalled unit, ``ready`` beside ``ready``):
+        a STATE column says stalled, slow or unhealthy, ``-`` otherwise."""
+        lines = self._table()
+        header = next(line for line in lines if line.startswith("HOST"))
+        assert header.split() == ["HOST", "UNIT", "PHASE", "STATE", "ETA", "LAST", "CRASH"]
+        row = next(line for line in lines if "vllm-llama.service" in line)
+        assert row.split()[2:4] == ["loading_weights", "stalled"]
+        ready = next(line for line in lines if "vllm-qwen.service" in line)
+        assert ready.split()[2:5] == ["ready", "-", "-"]
+
+
 def _host(**fields: Any) -> dict[str, Any]:
     return {"host": "gpu-a", "collectors": {}, "units": [], **fields}
 

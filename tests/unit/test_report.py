@@ -138,9 +138,9 @@ class TestStatus:
         assert unit["health"]["failing_since"] == "2025-03-01T12:28:45Z"
         lines = render_status(document).splitlines()
         index = next(i for i, line in enumerate(lines) if "vllm-qwen.service" in line)
-        assert "ready (unhealthy)" in lines[index]
+        assert lines[index].split()[2:4] == ["ready", "unhealthy"]  # PHASE, STATE
         assert lines[index + 1] == (
-            " " * 17 + "health: ready, but /health failing since 12:28:45 UTC (8 failures): timeout"
+            " " * 7 + "health: ready, but /health failing since 12:28:45 UTC (8 failures): timeout"
         )
 
     def test_a_healthy_unit_has_health_but_no_health_line(self) -> None:
@@ -165,7 +165,7 @@ class TestStatus:
         lines = render_status(document).splitlines()
         index = next(i for i, line in enumerate(lines) if "vllm-llama.service" in line)
         assert lines[index].endswith("pending (not counted yet)")
-        assert lines[index + 1].startswith(" " * 17 + "crash: cause pending: only a wrapper")
+        assert lines[index + 1].startswith(" " * 7 + "crash: cause pending: only a wrapper")
 
     def test_status_table_shows_the_hint_under_the_unit(self) -> None:
         """``vllm-sentinel status``: one ``hint:`` line under a unit with a last crash."""
@@ -173,7 +173,7 @@ class TestStatus:
         lines = text.splitlines()
         index = next(i for i, line in enumerate(lines) if "vllm-llama.service" in line)
         assert "cuda_oom: torch.OutOfMemoryError" in lines[index]
-        assert lines[index + 1].startswith(" " * 17 + "hint: GPU 0 had 1.12 GiB free of 79.10")
+        assert lines[index + 1].startswith(" " * 7 + "hint: GPU 0 had 1.12 GiB free of 79.10")
         assert lines[index + 1].endswith("(see docs/runbook.md#cuda_oom)")
         assert sum(1 for line in lines if "hint:" in line) == 1  # only the crashed unit
 
@@ -198,12 +198,12 @@ class TestStatusEta:
     def test_a_lower_bound_is_marked_and_has_no_ready_time(self) -> None:
         row, eta = self._lines(EtaBasis.VLLM)
         assert " ≥18s " in row
-        assert eta == " " * 17 + "eta: ≥ 18s, this phase's bar only"
+        assert eta == " " * 7 + "eta: ≥ 18s, this phase's bar only"
 
     def test_history_gives_a_ready_time_and_its_basis(self) -> None:
         row, eta = self._lines(EtaBasis.HISTORY)
         assert " 18s " in row and "≥" not in row
-        assert eta == " " * 17 + "eta: 18s · ready at 12:30:18 UTC, from earlier starts"
+        assert eta == " " * 7 + "eta: 18s · ready at 12:30:18 UTC, from earlier starts"
 
 
 class TestStatusColumns:

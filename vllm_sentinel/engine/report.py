@@ -681,11 +681,8 @@ def render_status(document: Mapping[str, Any]) -> str:
     if not document.get("units"):
         out += _no_units(document)
         return "\n".join(out) + "\n"
-    header = (
-        f"{'HOST':<16} {'UNIT':<32} {'PHASE':<22} {'OUTCOME':<8} {'STALLED':<7} {'SLOW':<4} "
-        f"{'ETA':<8} LAST CRASH"
-    )
-    out.append(header)
+    rows: list[tuple[str, ...]] = []
+    notes: list[list[str]] = []
     for unit in document.get("units", []):
         incarnations = unit.get("incarnations") or [{}]
         current = incarnations[-1]
@@ -700,21 +697,35 @@ def render_status(document: Mapping[str, Any]) -> str:
             if last.get("settled") is False:
                 crash += " (not counted yet)"
         health = unhealthy_text(unit.get("health"))
-        phase = str(phases[-1].get("phase", "?")) + (" (unhealthy)" if health else "")
-        out.append(
-            f"{unit.get('host') or '-':<16} {unit.get('unit'):<32} "
-            f"{phase:<22} {current.get('outcome', '?'):<8} "
-            f"{'yes' if unit.get('stalled') else 'no':<7} {'yes' if unit.get('slow') else 'no':<4} "
-            f"{_eta_cell(unit):<8} {crash}"
+        # what PHASE does not say (an OUTCOME column said "running" beside a stalled unit)
+        state = [
+            word
+            for word, on in (
+                ("stalled", unit.get("stalled")),
+                ("slow", unit.get("slow") and not unit.get("stalled")),
+                ("unhealthy", health),
+            )
+            if on
+        ]
+        rows.append(
+            (
+                str(unit.get("host") or "-"),
+                str(unit.get("unit")),
+                str(phases[-1].get("phase", "?")),
+                ",".join(state) or "-",
+                _eta_cell(unit),
+                crash,
+            )
         )
+        below = []
         if health:
-            out.append(f"{'':<16} health: {health}")
+            below.append(f"health: {health}")
         pending = pending_crash_text(last)
         if pending:
-            out.append(f"{'':<16} crash: {pending}")
+            below.append(f"crash: {pending}")
         hint = (last or {}).get("hint") or {}
         if hint.get("text"):
-            out.append(f"{'':<16} hint: {hint['text']} (see {hint.get('runbook')})")
+            below.append(f"hint: {hint['text']} (see {hint.get('runbook')})")
         eta = eta_text(
             unit.get("eta_seconds"),
             unit.get("expected_ready_at"),
@@ -722,5 +733,20 @@ def render_status(document: Mapping[str, Any]) -> str:
             unit.get("eta_overdue_seconds"),
         )
         if eta:
-            out.append(f"{'':<16} eta: {eta}")
+            below.append(f"eta: {eta}")
+        notes.append(below)
+    header = ("HOST", "UNIT", "PHASE", "STATE", "ETA", "LAST CRASH")
+    widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header) - 1)]
+
+    def line(cells: tuple[str, ...]) -> str:
+        """Each column as wide as its widest cell, two spaces between (the last one free)."""
+        return "  ".join(
+            [*(cell.ljust(width) for cell, width in zip(cells, widths, strict=False)), cells[-1]]
+        )
+
+    out.append(line(header))
+    indent = " " * (widths[0] + 2)  # notes under the UNIT column
+    for row, below in zip(rows, notes, strict=True):
+        out.append(line(row))
+        out += [indent + note for note in below]
     return "\n".join(out) + "\n"

@@ -854,10 +854,15 @@ async def _preflight(target: WatchTarget) -> None:
     one line and exit 2 now, not a retry loop until the timeout."""
     argv = build_journalctl_argv((), target.journalctl_args, lines=1)
     try:
-        await target.transport.run(argv, _PREFLIGHT_TIMEOUT_SECONDS)
+        output = await target.transport.run(argv, _PREFLIGHT_TIMEOUT_SECONDS)
     except TransportError as error:
         detail = error.detail or error.reason.replace("_", " ")
         raise _UnreadableError(f"cannot read the journal of {target.host}: {detail}") from error
+    if not output.strip():
+        raise _UnreadableError(
+            f"cannot read the journal of {target.host}: journalctl finds no entries (no journal "
+            "files where it looks, or not readable by this user: the systemd-journal group)"
+        )
 
 
 async def run_watch(

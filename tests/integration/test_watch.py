@@ -326,6 +326,16 @@ class TestWatchOnJournalFiles:
         assert stderr.startswith("vllm-sentinel: cannot read the journal of ")
         assert "absent" in stderr and stderr.count("\n") == 1
 
+    def test_a_journal_without_entries_is_exit_2(self, tmp_path: Path) -> None:
+        """An empty --directory: one line saying journalctl finds no entries, exit 2."""
+        empty = tmp_path / "empty"
+        empty.mkdir()
+        with watching([UNIT, f"--directory={empty}", "--timeout=30s"]) as watch:
+            status, lines, stderr = watch.finish()
+        assert (status, lines) == (2, [])
+        assert stderr.startswith("vllm-sentinel: cannot read the journal of ")
+        assert "journalctl finds no entries" in stderr and stderr.count("\n") == 1
+
 
 class TestWatchOverSsh:
     """--host through the real OpenSSH sshd, the daemon's transport and host-key check."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -146,6 +147,21 @@ class TestStateDirectoryUnderProc:
         checked = _run("check-config", str(config))
         assert checked.returncode == 0
         assert f"warning: {said}" in checked.stdout.decode().splitlines()
+
+
+class TestRunbookALinkCanOpen:
+    """replay's hints name the runbook the package installed (a file that is there)."""
+
+    def test_replay_names_an_existing_runbook(self) -> None:
+        """``(see PATH#cause)``: PATH is a readable file holding the cause's section."""
+        log = Path(__file__).parents[1] / "golden/logs/007-v0-tp-worker-oom-while-others-load.log"
+        result = _run("replay", str(log))
+        assert result.returncode == 0, result.stderr.decode()
+        links = re.findall(r"\(see ([^()#]+)#(\w+)\)", result.stdout.decode())
+        assert links, result.stdout.decode()
+        for path, cause in links:
+            assert path.endswith("runbook.md") and Path(path).is_file(), path
+            assert f"### {cause}" in Path(path).read_text(encoding="utf-8")
 
 
 class TestReplayFormatJson:

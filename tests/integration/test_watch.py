@@ -198,7 +198,8 @@ class TestWatchOnJournalFiles:
             assert (previous["invocation_id"], previous["cause"]) == (A, "cuda_oom")
             assert previous["phase"] == "loading_weights"
             assert previous["exception"] == "torch.OutOfMemoryError"
-            assert previous["hint"] and previous["runbook"].endswith("#cuda_oom")
+            assert previous["hint"] and previous["runbook"].endswith("runbook.md#cuda_oom")
+            assert Path(previous["runbook"].partition("#")[0]).is_file()  # one a user can open
             assert (phase["phase"], phase["invocation_id"]) == ("loading_weights", B)
             # appended while the watch runs: the events come before the exit
             journal_writer.write_and_flush(_ready(B, b_started, 4200)[:1])

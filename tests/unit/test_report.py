@@ -51,7 +51,7 @@ class TestReplayVerdict:
         assert (
             "    hint: `pip install flashinfer-cubin==0.6.4`: flashinfer-cubin 0.6.3 must match "
             "flashinfer 0.6.4 (or install the flashinfer that matches flashinfer-cubin 0.6.3). "
-            "(see docs/runbook.md#dependency_mismatch)\n"
+            "(see /runbook#dependency_mismatch)\n"
         ) in text
         assert "    benign errors: 1 (discounted, not a cause)\n" in text
         assert "      Failed to import Triton kernels. Please make sure your triton" in text
@@ -65,7 +65,7 @@ class TestReplayVerdict:
         assert first["crash"]["hint"] == {
             "text": "`pip install flashinfer-cubin==0.6.4`: flashinfer-cubin 0.6.3 must match "
             "flashinfer 0.6.4 (or install the flashinfer that matches flashinfer-cubin 0.6.3).",
-            "runbook": "docs/runbook.md#dependency_mismatch",
+            "runbook": "/runbook#dependency_mismatch",
             "rule": "version_pair",
         }
         assert document["last_crash"] == first["crash"]
@@ -174,7 +174,7 @@ class TestStatus:
         index = next(i for i, line in enumerate(lines) if "vllm-llama.service" in line)
         assert "cuda_oom: torch.OutOfMemoryError" in lines[index]
         assert lines[index + 1].startswith(" " * 7 + "hint: GPU 0 had 1.12 GiB free of 79.10")
-        assert lines[index + 1].endswith("(see docs/runbook.md#cuda_oom)")
+        assert lines[index + 1].endswith("(see /runbook#cuda_oom)")
         assert sum(1 for line in lines if "hint:" in line) == 1  # only the crashed unit
 
 
@@ -204,6 +204,22 @@ class TestStatusEta:
         row, eta = self._lines(EtaBasis.HISTORY)
         assert " 18s " in row and "≥" not in row
         assert eta == " " * 7 + "eta: 18s · ready at 12:30:18 UTC, from earlier starts"
+
+
+class TestRunbookLinks:
+    """Issue 21: hints point at a runbook a user can open, not the repository's docs/."""
+
+    def test_replay_text_names_the_runbook_it_is_given(self) -> None:
+        """``render_text(runbook=PATH)``: the installed copy, with the cause's anchor."""
+        text = render_text(_units(), runbook="/opt/x/runbook.md")
+        assert "(see /opt/x/runbook.md#dependency_mismatch)\n" in text
+
+    def test_status_links_the_daemons_page(self) -> None:
+        """``render_status(runbook=URL)``: the daemon's /runbook page, with the anchor."""
+        text = render_status(
+            status_document(basic_snapshot()), runbook="https://gpu-a:9842/runbook"
+        )
+        assert "(see https://gpu-a:9842/runbook#cuda_oom)" in text
 
 
 class TestStatusColumns:

@@ -255,7 +255,10 @@ def replay_command(
         document["warnings"] = list(result.warnings)
         click.echo(orjson.dumps(document, option=orjson.OPT_INDENT_2))
     else:
-        click.echo(render_text(result.units, width=_terminal_width()), nl=False)
+        from vllm_sentinel.serve.runbook import installed_runbook
+
+        text = render_text(result.units, width=_terminal_width(), runbook=installed_runbook())
+        click.echo(text, nl=False)
         if result.skipped:
             detail = ", ".join(f"{k}={v}" for k, v in sorted(result.skipped.items()))
             click.echo(f"skipped input: {detail}")
@@ -745,7 +748,7 @@ def status_command(url: str | None, cacert: str | None, user: str | None, as_jso
     if as_json:
         click.echo(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode())
         return
-    click.echo(render_status(document), nl=False)
+    click.echo(render_status(document, runbook=url.rstrip("/") + "/runbook"), nl=False)
 
 
 WATCH_EXIT_STATUSES = (

@@ -68,7 +68,7 @@ from vllm_sentinel.engine.catalog.causes import DEFAULT_BENIGN_PATTERNS, BenignM
 from vllm_sentinel.engine.catalog.phases import STARTUP_PHASES, Phase
 from vllm_sentinel.engine.health import ProbePolicy, ProbeSettings
 from vllm_sentinel.engine.stall import DEFAULT_SLOW_FACTOR, DEFAULT_SLOW_FLOOR_SECONDS
-from vllm_sentinel.errors import ConfigError
+from vllm_sentinel.errors import ConfigError, StateDirectoryError
 
 if TYPE_CHECKING:  # imported where used: asyncssh (0.2 s) is not for check-config
     from vllm_sentinel.sources.transport import SshSettings
@@ -950,8 +950,6 @@ def _state_directory_problem(directory: str) -> str | None:
     """
     import tempfile
 
-    from vllm_sentinel.state.cursor_store import unwritable_message
-
     path = os.path.abspath(os.path.expanduser(directory))
     try:
         if os.path.isdir(path):
@@ -968,7 +966,7 @@ def _state_directory_problem(directory: str) -> str | None:
             raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
         os.rmdir(tempfile.mkdtemp(prefix=".check-config.", dir=parent))
     except OSError as error:
-        return unwritable_message(path, (error.strerror or str(error)).lower())
+        return str(StateDirectoryError.unwritable(path, (error.strerror or str(error)).lower()))
     return None
 
 

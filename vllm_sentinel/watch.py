@@ -234,7 +234,7 @@ def _ident(item: IncarnationSnapshot) -> tuple[str | None, datetime | None]:
 
 
 def _crash_fields(
-    crash: CrashInfo, unit: UnitSnapshot, host: HostSnapshot | None
+    crash: CrashInfo, unit: UnitSnapshot, host: HostSnapshot | None, runbook: str | None
 ) -> dict[str, Any]:
     hint = hint_for(
         crash,
@@ -248,7 +248,7 @@ def _crash_fields(
         "message": crash.message,
         "crashed_at": iso_utc(crash.at),
         "hint": hint.text,
-        "runbook": hint.runbook,
+        "runbook": f"{runbook}#{hint.cause}" if runbook else hint.runbook,
     }
 
 
@@ -295,6 +295,8 @@ class WatchJudge:
         until: the state that ends the watch with status 0 once every unit is in it.
         progress_interval_seconds: the least time between two ``progress`` events of a unit.
         monotonic: a monotonic clock in seconds (progress pacing).
+        runbook: the runbook file hints link into (``#<cause>`` appended; the copy the
+            package installed); ``None``: the hints' own links (the daemon's ``/runbook``).
     """
 
     def __init__(
@@ -305,8 +307,10 @@ class WatchJudge:
         *,
         progress_interval_seconds: float = PROGRESS_INTERVAL_SECONDS,
         monotonic: Callable[[], float] = time.monotonic,
+        runbook: str | None = None,
     ) -> None:
         self.host = host
+        self.runbook = runbook
         self.units = tuple(units)
         self.until = until
         self._interval = progress_interval_seconds
@@ -431,7 +435,7 @@ class WatchJudge:
         if followed.outcome is Outcome.CRASHED and followed.crash is not None:
             if followed.crash.cause.value == "pending" and not _is_counted(unit, followed.crash):
                 return events  # the cause is chosen once it settles (SETTLE_SECONDS)
-            fields = _crash_fields(followed.crash, unit, host)
+            fields = _crash_fields(followed.crash, unit, host, self.runbook)
             events.append(self._event("crashed", name, snapshot, **fields))
             what = fields["exception"] or ""
             message = printable(fields["message"])[:300]
@@ -510,7 +514,7 @@ class WatchJudge:
                     "previous_crash",
                     unit.unit,
                     snapshot,
-                    **_crash_fields(previous.crash, unit, host),
+                    **_crash_fields(previous.crash, unit, host, self.runbook),
                 )
             )
         return events
@@ -530,7 +534,7 @@ class WatchJudge:
             "ended_at": iso_utc(ended.ended_at),
         }
         if ended.crash is not None:
-            fields["crash"] = _crash_fields(ended.crash, unit, host)
+            fields["crash"] = _crash_fields(ended.crash, unit, host, self.runbook)
         kind = "stopped" if ended.outcome is Outcome.STOPPED else "previous_crash"
         if kind == "previous_crash":
             return self._event(kind, unit.unit, snapshot, **fields["crash"], waiting=True)
@@ -878,7 +882,9 @@ async def run_watch(
     """Follow ``units`` of ``target`` until ``until`` (every unit), a crash, a stall or the
     timeout; return the exit status (``EXIT_*``), after writing the verdict's lines with
     ``err`` (``vllm-sentinel: `` is the caller's prefix, not added here)."""
-    judge = WatchJudge(target.host, units, until)
+    from vllm_sentinel.serve.runbook import installed_runbook
+
+    judge = WatchJudge(target.host, units, until, runbook=installed_runbook())
     out = output(judge)
     try:
         await _preflight(target)

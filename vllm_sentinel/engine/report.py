@@ -493,7 +493,11 @@ def _wrapped(line: str, width: int | None) -> list[str]:
 
 
 def render_text(
-    units: Iterable[UnitSnapshot], now: datetime | None = None, *, width: int | None = None
+    units: Iterable[UnitSnapshot],
+    now: datetime | None = None,
+    *,
+    width: int | None = None,
+    runbook: str | None = None,
 ) -> str:
     """The human timeline: per unit, each incarnation's phases, durations and verdict.
 
@@ -507,6 +511,8 @@ def render_text(
         width: wrap each verdict and hint to this many columns (a terminal's width),
             continuation lines indented under it; ``None`` keeps each on one line (for pipes
             and ``grep``).
+        runbook: the runbook hints link into, ``#<cause>`` appended (the file the package
+            installed, for a command without a daemon); ``None``: the hint's own link.
     """
     out: list[str] = []
     for unit in units:
@@ -564,7 +570,8 @@ def render_text(
                 out.append(eta)
             if item.crash is not None:
                 hint = hint_for(item.crash, context)
-                out += _wrapped(f"hint: {hint.text} (see {hint.runbook})", width)
+                link = f"{runbook}#{hint.cause}" if runbook else hint.runbook
+                out += _wrapped(f"hint: {hint.text} (see {link})", width)
         out.append("")
     return "\n".join(out).rstrip() + "\n" if out else "no vLLM records found\n"
 
@@ -669,8 +676,12 @@ def _no_units(document: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def render_status(document: Mapping[str, Any]) -> str:
-    """A table of a ``/status`` document: collectors per host, then one line per unit."""
+def render_status(document: Mapping[str, Any], *, runbook: str | None = None) -> str:
+    """A table of a ``/status`` document: collectors per host, then one line per unit.
+
+    ``runbook``: the daemon's runbook page (``URL/runbook``) the hints link into, ``#<cause>``
+    appended; ``None``: the hint's own link (``/runbook#<cause>``).
+    """
     out = [f"vllm-sentinel at {document.get('at')}"]
     for host in document.get("hosts", []):
         collectors = ", ".join(
@@ -725,7 +736,8 @@ def render_status(document: Mapping[str, Any]) -> str:
             below.append(f"crash: {pending}")
         hint = (last or {}).get("hint") or {}
         if hint.get("text"):
-            below.append(f"hint: {hint['text']} (see {hint.get('runbook')})")
+            link = f"{runbook}#{last['cause']}" if runbook and last else hint.get("runbook")
+            below.append(f"hint: {hint['text']} (see {link})")
         eta = eta_text(
             unit.get("eta_seconds"),
             unit.get("expected_ready_at"),

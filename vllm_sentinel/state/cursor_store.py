@@ -58,17 +58,7 @@ __all__ = [
     "HostState",
     "decode_host",
     "encode_host",
-    "unwritable_message",
 ]
-
-
-def unwritable_message(directory: object, reason: str) -> str:
-    """What ``run`` (``CursorStore.check_writable``) and ``check-config`` say of a state
-    directory that cannot be written: one sentence with the directory, the reason and the fix."""
-    return (
-        f"state directory {directory}: cannot write there: {reason} (set "
-        "defaults.state_directory to a writable directory)"
-    )
 
 
 FAILURE_LOG_INTERVAL_SECONDS = 60.0
@@ -232,7 +222,7 @@ class CursorStore:
                 os.unlink(name)
         except OSError as error:
             reason = (error.strerror or str(error)).lower()
-            raise StateDirectoryError(unwritable_message(self.directory, reason)) from None
+            raise StateDirectoryError.unwritable(self.directory, reason) from None
 
     # --- loading -------------------------------------------------------------------------
 

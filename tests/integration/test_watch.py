@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
+import signal
 import subprocess
 import sys
 import threading
@@ -317,6 +318,18 @@ class TestWatchOnJournalFiles:
             f"vllm-sentinel: timed out after 2s: {UNIT}: loading_weights (incarnation {B[:12]})\n"
         )
         assert orjson.loads(lines[-1])["event"] == "timed_out"
+
+    def test_ctrl_c_stops_it_with_130(self, journal_writer: JournalWriter, tmp_path: Path) -> None:
+        """SIGINT while following: it stops at once, exit 130, nothing on stderr."""
+        b_started = datetime.now(UTC) - timedelta(seconds=30)
+        journal_writer.write_readable(
+            [other_unit_line(to_realtime_us(b_started) - 1), *_start(B, b_started, 4200)]
+        )
+        with watching(_args(journal_writer, tmp_path, "--json")) as watch:
+            watch.next_event("phase")
+            watch.process.send_signal(signal.SIGINT)
+            status, _, stderr = watch.finish()
+        assert (status, stderr) == (130, "")
 
     def test_unreadable_journal_is_exit_2(self, tmp_path: Path) -> None:
         """A --directory journalctl cannot open: one line on stderr, exit 2."""

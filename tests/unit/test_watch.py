@@ -163,6 +163,29 @@ class TestWatchJudge:
             "(the daemon's stall threshold)",
         )
 
+    def test_progress_at_most_every_three_seconds(self) -> None:
+        """Shard progress is an event; a second one within 3 s (monotonic) waits, the next
+        after it carries the newest figures."""
+        s = _Setup()
+        s.clock.now = T0 + timedelta(seconds=5)
+        s.feed(*s.start(B, 0, 20), backfill=True)
+        j = s.journal
+
+        def shards(at: float, done: int) -> object:
+            bar = (
+                f"Loading safetensors checkpoint shards:  {done * 100 // 64}% Completed | {done}/64"
+            )
+            return j.at(at).line(f"{bar} [00:10<00:10,  1.00s/it]", B, 20)
+
+        (first,) = s.feed(shards(6, 16))
+        assert first.event == "progress"
+        assert (first.fields["shards_loaded"], first.fields["shards_total"]) == (16, 64)
+        s.mono = 1.0
+        assert s.feed(shards(7, 32)) == []
+        s.mono = 3.5
+        (later,) = s.feed(shards(8, 48))
+        assert later.fields["shards_loaded"] == 48
+
     def test_until_a_phase(self) -> None:
         """--until loading_weights is reached by a unit loading (or past it)."""
         s = _Setup("loading_weights")

@@ -110,6 +110,9 @@ SETTLE_SECONDS = 5.0
 refined by a traceback journald delivers after systemd's verdict) before the watch says it;
 the daemon waits 30 s because it counts, the watch only tells."""
 
+TRACEBACK_HOLD_SECONDS = 30.0
+"""The longest a crash whose traceback is still being printed waits for it (the daemon: 300 s)."""
+
 TICK_SECONDS = 0.5
 """How often time passes for the Monitor (settling, stall, time in phase on the live view)."""
 
@@ -364,24 +367,40 @@ class WatchJudge:
         state: _Followed,
         snapshot: Snapshot,
     ) -> list[WatchEvent]:
-        events: list[WatchEvent] = []
         current = unit.current
         assert current is not None
-        name = unit.unit
-        if state.ident is None or (
-            _ident(current) != state.ident and current.outcome is not Outcome.CRASHED
-        ):
-            if current.outcome in (Outcome.STOPPED, Outcome.CRASHED):
-                if state.ended_ident != _ident(current):
-                    state.ended_ident = _ident(current)
-                    state.ident = None
-                    events.append(self._waiting_after(unit, current, host, snapshot))
-                return events
-            if _ident(current) != state.ident:
-                events.extend(self._follow(unit, current, host, state, snapshot))
+        events: list[WatchEvent] = []
         followed = self.followed(unit)
-        if followed is None:
+        if followed is not None:
+            # the followed one first: a crash and the restart after it may come in one batch
+            events += self._judge_followed(unit, followed, host, state, snapshot)
+            if self.verdict is not None or followed is current:
+                return events
+            if followed.outcome is Outcome.CRASHED:
+                return events  # its cause is still being chosen: the exit waits for it
+            state.ident = None  # ended (or replaced) with a newer one after it
+        if state.done and self.until.word == "settled":
+            return events  # it settled (stopped): what comes next is another start's
+        if current.outcome in (Outcome.STOPPED, Outcome.CRASHED):
+            if state.ended_ident != _ident(current):
+                state.ended_ident = _ident(current)
+                events.append(self._waiting_after(unit, current, host, snapshot))
             return events
+        events += self._follow(unit, current, host, state, snapshot)
+        return events + self._judge_followed(unit, current, host, state, snapshot)
+
+    def _judge_followed(
+        self,
+        unit: UnitSnapshot,
+        followed: IncarnationSnapshot,
+        host: HostSnapshot | None,
+        state: _Followed,
+        snapshot: Snapshot,
+    ) -> list[WatchEvent]:
+        """The followed incarnation's news: phases entered, progress, slow, and how the watch
+        ends with it (stalled, crashed, reached); a clean stop lets it go."""
+        events: list[WatchEvent] = []
+        name = unit.unit
         if state.phases_seen is None:  # first sight: the phase it is in, not its history
             state.phases_seen = max(0, len(followed.phases) - 1)
         for entry in followed.phases[state.phases_seen :]:
@@ -899,6 +918,7 @@ async def run_watch(
         clock=clock,
         history=history,
         settle_seconds=SETTLE_SECONDS,
+        traceback_hold_seconds=TRACEBACK_HOLD_SECONDS,
     )
     follower = JournalFollower(
         target.host,

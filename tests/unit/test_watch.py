@@ -135,6 +135,17 @@ class TestWatchJudge:
         )
         assert hint.startswith("hint: ") and hint.endswith("#cuda_oom)")
 
+    def test_a_crash_and_the_restart_in_one_batch(self) -> None:
+        """B crashes and systemd starts C before the watch looks again: B's crash ends it."""
+        s = _Setup()
+        s.clock.now = T0 + timedelta(seconds=5)
+        s.feed(*s.start(B, 0, 20), backfill=True)
+        events = s.feed(*s.crash(B, 8, 20), *s.start("c3" * 16, 12, 30))
+        assert "crashed" in _kinds(events) and "following" not in _kinds(events)
+        verdict = s.judge.verdict
+        assert verdict is not None and verdict.status == EXIT_CRASHED
+        assert verdict.lines[0].startswith(f"{UNIT} crashed during loading_weights: cause cuda_oom")
+
     def test_an_ended_incarnation_is_not_followed(self) -> None:
         """The newest incarnation crashed before the watch: said, then the next one is
         followed; the old one's crash is not the followed one's."""

@@ -900,7 +900,7 @@ def watch_command(
         if sys.stdout.isatty():
             import shutil
 
-            return LiveOutput(sys.stdout, judge, shutil.get_terminal_size().columns)
+            return LiveOutput(sys.stdout, judge, lambda: shutil.get_terminal_size().columns)
         return LineOutput(sys.stdout)
 
     result: list[int] = []

@@ -728,13 +728,14 @@ class LiveOutput:
 
     Each line is cut to the terminal's width so that the redraw moves up exactly as many
     lines as were drawn. Args: ``stream`` (a terminal), ``judge`` (which incarnation is
-    followed), ``width`` (its columns).
+    followed), ``width`` (its columns, or a function that reads them before each draw).
     """
 
-    def __init__(self, stream: TextIO, judge: WatchJudge, width: int) -> None:
+    def __init__(self, stream: TextIO, judge: WatchJudge, width: int | Callable[[], int]) -> None:
         self._stream = stream
         self._judge = judge
-        self._width = max(40, width)
+        self._columns = width if callable(width) else (lambda: width)
+        self._width = max(40, self._columns())
         self._drawn = 0
         self._notes: dict[str, list[str]] = {}
 
@@ -746,6 +747,7 @@ class LiveOutput:
                 self._notes[event.unit] = [event_text(event)]
             elif event.event == "following":  # its previous_crash, if any, comes next
                 self._notes.pop(event.unit, None)
+        self._width = max(40, self._columns())  # read again: the terminal may be resized
         lines = self.block(snapshot)
         out = "\x1b[J" if not self._drawn else f"\x1b[{self._drawn}F\x1b[J"
         self._stream.write(out + "".join(line + "\n" for line in lines))

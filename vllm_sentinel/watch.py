@@ -51,14 +51,21 @@ from vllm_sentinel.engine.hints import hint_context, hint_for
 from vllm_sentinel.engine.report import eta_text, format_duration, iso_utc
 from vllm_sentinel.engine.snapshot import (
     CrashInfo,
+    GpuReading,
     HostSnapshot,
     IncarnationSnapshot,
     Snapshot,
     UnitSnapshot,
 )
-from vllm_sentinel.errors import TransportError
+from vllm_sentinel.errors import GpuCollectorError, TransportError
 from vllm_sentinel.monitor import GpuSample, HostPlan, Monitor, Tick
-from vllm_sentinel.sources.gpu import GpuPoller, GpuReader, NvidiaSmiStreamReader, NvmlReader
+from vllm_sentinel.sources.gpu import (
+    CgroupReader,
+    GpuPoller,
+    GpuReader,
+    NvidiaSmiStreamReader,
+    NvmlReader,
+)
 from vllm_sentinel.sources.journal import (
     FollowerSettings,
     JournalBatch,
@@ -859,14 +866,15 @@ class WatchTarget:
             under this name).
         transport: runs ``journalctl`` (and ``nvidia-smi``) there.
         journalctl_args: options choosing the journal (``--directory=DIR``).
-        gpu: ``nvml`` (this machine), ``nvidia-smi`` (over the transport) or ``None``.
+        gpu: ``nvml`` (this machine), ``nvidia-smi`` (over the transport), a ``GpuReader``
+            of one's own (tests: NVML scripted), or ``None``.
         history_directory: the daemon's ``<state directory>/history`` (read, never written).
     """
 
     host: str
     transport: Transport
     journalctl_args: tuple[str, ...] = ()
-    gpu: str | None = None
+    gpu: str | GpuReader | None = None
     history_directory: str | None = None
 
 
@@ -943,8 +951,15 @@ async def run_watch(
             await queue.put(Tick(clock()))
 
     async def gpu(poller: GpuPoller) -> None:
-        async def emit(reading: Any) -> None:
-            await queue.put(GpuSample(target.host, reading, {}))
+        # each GPU process's unit from its cgroup, as the daemon reads it (once per new PID)
+        cgroups = CgroupReader(None if target.gpu != "nvidia-smi" else target.transport)
+
+        async def emit(reading: GpuReading) -> None:
+            try:
+                owners = await cgroups.units_of(process.pid for process in reading.processes)
+            except GpuCollectorError:
+                owners = {}  # the Monitor falls back to the PIDs the journal showed
+            await queue.put(GpuSample(target.host, reading, owners))
 
         await poller.run(emit)
 
@@ -1013,7 +1028,11 @@ def _where(judge: WatchJudge, snapshot: Snapshot, name: str) -> str:
 
 def _gpu_poller(target: WatchTarget) -> GpuPoller | None:
     reader: GpuReader
-    if target.gpu == "nvml":
+    if target.gpu is None:
+        return None
+    if not isinstance(target.gpu, str):
+        reader = target.gpu
+    elif target.gpu == "nvml":
         reader = NvmlReader(host=target.host)
     elif target.gpu == "nvidia-smi":
         reader = NvidiaSmiStreamReader(target.transport, interval_seconds=2.0, timeout_seconds=5.0)

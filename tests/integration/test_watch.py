@@ -32,6 +32,8 @@ from tests.support.journal_writer import (
     unit_started,
 )
 from tests.support.ssh_server import OpenSshServer
+from vllm_sentinel.engine.snapshot import Snapshot
+from vllm_sentinel.watch import WatchEvent
 
 pytestmark = pytest.mark.integration
 
@@ -404,3 +406,78 @@ class TestWatchOverSsh:
         assert status == 2
         assert stderr.startswith("vllm-sentinel: cannot read the journal of 127.0.0.1: ")
         assert "not in" in stderr and stderr.count("\n") == 1
+
+
+class _Recorder:
+    """A ``WatchOutput`` keeping the events; once GPU growth is seen, B's ready lines are
+    appended to the journal (so the watch ends with status 0)."""
+
+    def __init__(self, journal: JournalWriter, started: datetime) -> None:
+        self.seen: list[WatchEvent] = []
+        self._journal = journal
+        self._started = started
+        self._readied = False
+
+    def events(self, events: Sequence[WatchEvent], snapshot: Snapshot) -> None:
+        self.seen.extend(events)
+        grown = any(
+            event.event == "progress" and event.fields.get("gpu_memory_growth_bytes", 0) > 0
+            for event in events
+        )
+        if grown and not self._readied:
+            self._readied = True
+            self._journal.write_and_flush(_ready(B, self._started, 4200))
+
+    def close(self) -> None:
+        return None
+
+
+@pytest.mark.asyncio
+async def test_gpu_memory_per_gpu_and_its_growth(journal_writer: JournalWriter) -> None:
+    """NVML (scripted: the one fake allowed) shows B's process on GPU 0 at 10, then 20 GiB:
+    progress events carry the memory per GPU and the growth since B was followed."""
+    from tests.support.fake_nvml import GIB, FakeGpu, FakeNvml
+    from vllm_sentinel.sources.gpu import NvmlReader
+    from vllm_sentinel.sources.transport import LocalTransport
+    from vllm_sentinel.watch import WatchTarget, parse_until, run_watch
+
+    b_started = datetime.now(UTC) - timedelta(seconds=30)
+    journal_writer.write_readable(
+        [other_unit_line(to_realtime_us(b_started) - 1), *_start(B, b_started, 4200)]
+    )
+
+    def gpu(used: int) -> tuple[FakeGpu, ...]:
+        return (FakeGpu("GPU-0", "NVIDIA H200", 141 * GIB, used, ((4200, used),)),)
+
+    # a reading every 2 s; the first ones may come before the journal named PID 4200's unit
+    nvml = FakeNvml([gpu(10 * GIB), gpu(10 * GIB), gpu(10 * GIB), gpu(20 * GIB)])
+    target = WatchTarget(
+        "llm-two",
+        LocalTransport("llm-two"),
+        (f"--directory={journal_writer.path.parent}",),
+        gpu=NvmlReader(nvml, host="llm-two"),
+    )
+    recorder: list[_Recorder] = []
+
+    def output(_: object) -> _Recorder:
+        recorder.append(_Recorder(journal_writer, b_started))
+        return recorder[0]
+
+    errors: list[str] = []
+    status = await run_watch(
+        target,
+        [UNIT],
+        parse_until("ready"),
+        output,
+        timeout_seconds=WAIT_SECONDS,
+        err=errors.append,
+    )
+    assert (status, errors) == (0, [])
+    progress = [event.fields for event in recorder[0].seen if event.event == "progress"]
+    assert progress[0]["gpu_memory_bytes"] == {"0": 10 * GIB}
+    assert progress[0]["gpu_memory_growth_bytes"] == 0
+    grown = next(item for item in progress if item["gpu_memory_growth_bytes"])
+    assert (grown["gpu_memory_bytes"], grown["gpu_memory_growth_bytes"]) == (
+        {"0": 20 * GIB},
+        10 * GIB,
+    )

@@ -173,15 +173,20 @@ def _check_config_readable(path: str, why: str = "") -> None:
         _fail(f"cannot read {path}: {_os_reason(error)}{why}")
 
 
-def _installed_config() -> str | None:
+def _installed_config(*, readable_only: bool = False) -> str | None:
     """The config file to read when no option names one: ``$VLLM_SENTINEL_CONFIG`` (which
     must be readable: exit 2 otherwise), else ``DEFAULT_CONFIG_PATH`` when it exists, else
-    ``None``."""
+    ``None``. ``readable_only`` (``status``): ``DEFAULT_CONFIG_PATH`` only when this user may
+    read it (the install makes it 0640 root:vllm-sentinel; others get the default address)."""
     named = os.environ.get(CONFIG_ENV)
     if named:
         _check_config_readable(named, f" (named by ${CONFIG_ENV})")
         return named
-    return DEFAULT_CONFIG_PATH if os.path.exists(DEFAULT_CONFIG_PATH) else None
+    if not os.path.exists(DEFAULT_CONFIG_PATH):
+        return None
+    if readable_only and not os.access(DEFAULT_CONFIG_PATH, os.R_OK):
+        return None
+    return DEFAULT_CONFIG_PATH
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -742,7 +747,7 @@ def status_command(url: str | None, cacert: str | None, user: str | None, as_jso
     from vllm_sentinel.engine.report import render_status
 
     if url is None:
-        path = _installed_config()
+        path = _installed_config(readable_only=True)
         url = _config_url(path) if path is not None else _DEFAULT_STATUS_URL
     document = fetch_status(url, cacert=cacert, user=user)
     if as_json:

@@ -33,6 +33,7 @@ from vllm_sentinel.engine.eta import (
 from vllm_sentinel.engine.snapshot import StartupRecord, UnitSnapshot
 from vllm_sentinel.engine.stall import is_slow
 from vllm_sentinel.engine.tracker import TrackerSet, UnitTracker
+from vllm_sentinel.sources.replay_input import InputError
 
 __all__ = [
     "KEPT_INCARNATIONS",
@@ -148,6 +149,7 @@ def replay(
     reference_year: int = 1970,
     benign_patterns: Sequence[str] = DEFAULT_BENIGN_PATTERNS,
     keep: int | None = KEPT_INCARNATIONS,
+    labels: Sequence[str] | None = None,
 ) -> ReplayResult:
     """Run inputs through the engine and return every unit's final snapshot.
 
@@ -163,6 +165,11 @@ def replay(
         benign_patterns: regexes of ERROR lines known not to be fatal.
         keep: how many of each unit's newest incarnations to keep whole (at least 2); the
             earlier ones are summed up (``UnitSnapshot.earlier``); ``None`` keeps every one.
+        labels: how an error names each input (the paths as given; default ``names``).
+
+    Raises:
+        InputError: an input read as journal JSON (``input_format=JSON``) in which no line is
+            a JSON object (plain text given ``--format json``).
 
     Returns:
         The snapshots (at the end of input: pending crashes confirmed, all crashes settled;
@@ -193,6 +200,7 @@ def replay(
     local_units: set[str] = set()  # … whose times are the host's local time, as printed
     for index, chunks in enumerate(inputs):
         decoder: JournalJsonDecoder | TextLogDecoder | None = None
+        records = 0
         input_unit = text_unit
         if unit is None and names is not None and len(names) > 1:
             input_unit = names[index]
@@ -206,10 +214,24 @@ def replay(
                     if chosen is InputFormat.JSON
                     else TextLogDecoder(input_unit, reference_year=reference_year)
                 )
-            trackers.feed_many(decoder.feed(chunk))
+            decoded = decoder.feed(chunk)
+            records += len(decoded)
+            trackers.feed_many(decoded)
         if decoder is None:
             continue
-        trackers.feed_many(decoder.flush())
+        decoded = decoder.flush()
+        trackers.feed_many(decoded)
+        if (
+            isinstance(decoder, JournalJsonDecoder)
+            and not records + len(decoded)
+            and decoder.skipped.get("invalid_json", 0) > 0
+        ):
+            label = labels or names
+            raise InputError(
+                label[index] if label is not None else "input",
+                "not journal JSON (journalctl -o json): no line is a JSON object; read it as "
+                "text with --format text (or auto)",
+            )
         skipped.update(decoder.skipped)
         if isinstance(decoder, TextLogDecoder):
             repaired.update(decoder.repaired)

@@ -531,7 +531,11 @@ def _totals_line(unit: UnitSnapshot) -> str:
 
 
 def render_text(
-    units: Iterable[UnitSnapshot], now: datetime | None = None, *, width: int | None = None
+    units: Iterable[UnitSnapshot],
+    now: datetime | None = None,
+    *,
+    width: int | None = None,
+    runbook: str | None = None,
 ) -> str:
     """The human timeline: per unit, each incarnation's phases, durations and verdict.
 
@@ -545,6 +549,8 @@ def render_text(
         width: wrap each verdict and hint to this many columns (a terminal's width),
             continuation lines indented under it; ``None`` keeps each on one line (for pipes
             and ``grep``).
+        runbook: the runbook hints link into, ``#<cause>`` appended (the file the package
+            installed, for a command without a daemon); ``None``: the hint's own link.
     """
     out: list[str] = []
     for unit in units:
@@ -611,7 +617,8 @@ def render_text(
                 out.append(eta)
             if item.crash is not None:
                 hint = hint_for(item.crash, context)
-                out += _wrapped(f"hint: {hint.text} (see {hint.runbook})", width)
+                link = f"{runbook}#{hint.cause}" if runbook else hint.runbook
+                out += _wrapped(f"hint: {hint.text} (see {link})", width)
         if earlier.count:
             out.append(f"  {_totals_line(unit)}")
         out.append("")
@@ -718,8 +725,12 @@ def _no_units(document: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def render_status(document: Mapping[str, Any]) -> str:
-    """A table of a ``/status`` document: collectors per host, then one line per unit."""
+def render_status(document: Mapping[str, Any], *, runbook: str | None = None) -> str:
+    """A table of a ``/status`` document: collectors per host, then one line per unit.
+
+    ``runbook``: the daemon's runbook page (``URL/runbook``) the hints link into, ``#<cause>``
+    appended; ``None``: the hint's own link (``/runbook#<cause>``).
+    """
     out = [f"vllm-sentinel at {document.get('at')}"]
     for host in document.get("hosts", []):
         collectors = ", ".join(
@@ -730,11 +741,8 @@ def render_status(document: Mapping[str, Any]) -> str:
     if not document.get("units"):
         out += _no_units(document)
         return "\n".join(out) + "\n"
-    header = (
-        f"{'HOST':<16} {'UNIT':<32} {'PHASE':<22} {'OUTCOME':<8} {'STALLED':<7} {'SLOW':<4} "
-        f"{'ETA':<8} LAST CRASH"
-    )
-    out.append(header)
+    rows: list[tuple[str, ...]] = []
+    notes: list[list[str]] = []
     for unit in document.get("units", []):
         incarnations = unit.get("incarnations") or [{}]
         current = incarnations[-1]
@@ -749,21 +757,36 @@ def render_status(document: Mapping[str, Any]) -> str:
             if last.get("settled") is False:
                 crash += " (not counted yet)"
         health = unhealthy_text(unit.get("health"))
-        phase = str(phases[-1].get("phase", "?")) + (" (unhealthy)" if health else "")
-        out.append(
-            f"{unit.get('host') or '-':<16} {unit.get('unit'):<32} "
-            f"{phase:<22} {current.get('outcome', '?'):<8} "
-            f"{'yes' if unit.get('stalled') else 'no':<7} {'yes' if unit.get('slow') else 'no':<4} "
-            f"{_eta_cell(unit):<8} {crash}"
+        # what PHASE does not say (an OUTCOME column said "running" beside a stalled unit)
+        state = [
+            word
+            for word, on in (
+                ("stalled", unit.get("stalled")),
+                ("slow", unit.get("slow") and not unit.get("stalled")),
+                ("unhealthy", health),
+            )
+            if on
+        ]
+        rows.append(
+            (
+                str(unit.get("host") or "-"),
+                str(unit.get("unit")),
+                str(phases[-1].get("phase", "?")),
+                ",".join(state) or "-",
+                _eta_cell(unit),
+                crash,
+            )
         )
+        below = []
         if health:
-            out.append(f"{'':<16} health: {health}")
+            below.append(f"health: {health}")
         pending = pending_crash_text(last)
         if pending:
-            out.append(f"{'':<16} crash: {pending}")
+            below.append(f"crash: {pending}")
         hint = (last or {}).get("hint") or {}
         if hint.get("text"):
-            out.append(f"{'':<16} hint: {hint['text']} (see {hint.get('runbook')})")
+            link = f"{runbook}#{last['cause']}" if runbook and last else hint.get("runbook")
+            below.append(f"hint: {hint['text']} (see {link})")
         eta = eta_text(
             unit.get("eta_seconds"),
             unit.get("expected_ready_at"),
@@ -771,5 +794,20 @@ def render_status(document: Mapping[str, Any]) -> str:
             unit.get("eta_overdue_seconds"),
         )
         if eta:
-            out.append(f"{'':<16} eta: {eta}")
+            below.append(f"eta: {eta}")
+        notes.append(below)
+    header = ("HOST", "UNIT", "PHASE", "STATE", "ETA", "LAST CRASH")
+    widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header) - 1)]
+
+    def line(cells: tuple[str, ...]) -> str:
+        """Each column as wide as its widest cell, two spaces between (the last one free)."""
+        return "  ".join(
+            [*(cell.ljust(width) for cell, width in zip(cells, widths, strict=False)), cells[-1]]
+        )
+
+    out.append(line(header))
+    indent = " " * (widths[0] + 2)  # notes under the UNIT column
+    for row, below in zip(rows, notes, strict=True):
+        out.append(line(row))
+        out += [indent + note for note in below]
     return "\n".join(out) + "\n"

@@ -48,7 +48,7 @@ while [ "$#" -gt 0 ]; do  # binds: INSIDE HOST pairs, read-only
     shift 2
 done
 exec chroot "$merged" /usr/bin/env -i container=vllm-sentinel-test \
-    /lib/systemd/systemd --system --unit=basic.target --log-target=console --show-status=0
+    /lib/systemd/systemd --system --unit=basic.target --log-target=journal --show-status=0
 """
 
 _PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"

@@ -51,12 +51,12 @@ class Scenario:
 SCENARIOS: tuple[Scenario, ...] = (
     # crash (flashinfer-cubin mismatch), the late traceback after the restart, fix, restart, ready
     Scenario("vllm-incident.service", "flashinfer,hang,ready", kill_mode="process"),
-    # OOM at every start: three starts, then systemd's start limit
+    # OOM at every start: five starts (systemd's default burst), then the start limit
     Scenario(
         "vllm-crashloop.service",
         "oom",
         service=("RestartSec=0.5",),
-        unit_section=("StartLimitIntervalSec=300", "StartLimitBurst=3"),
+        unit_section=("StartLimitIntervalSec=300", "StartLimitBurst=5"),
     ),
     # `systemctl stop` while loading weights
     Scenario("vllm-stop.service", "hang"),

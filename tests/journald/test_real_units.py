@@ -166,7 +166,7 @@ class TestFoundingIncident:
 
 class TestCrashLoop:
     """vllm-crashloop: CUDA OOM while profiling at every start, ``RestartSec=0.5``, until
-    systemd's ``StartLimitBurst=3`` refuses the next start."""
+    systemd's start limit (``StartLimitBurst=5``, systemd's default burst) refuses the next."""
 
     UNIT = "vllm-crashloop.service"
 
@@ -178,14 +178,13 @@ class TestCrashLoop:
         exits = _exits(tier, self.UNIT)
         started = _started(tier, self.UNIT)
         assert all(text.endswith("status=1/FAILURE") for text in exits)
-        assert len(exits) == len(started) >= 3
+        assert len(exits) == len(started) == 5
         journal = [message(entry) for entry in tier.journal(self.UNIT)]
         assert f"{self.UNIT}: Start request repeated too quickly." in journal
         show = tier.show(self.UNIT, "NRestarts", "ExecMainStatus")
         assert show["ExecMainStatus"] == "1"
-        assert int(show["NRestarts"]) == len(started) - 1 or int(show["NRestarts"]) == len(
-            started
-        )  # systemd 252 counts the refused restart too
+        # systemd 252 counts the restart its start limit refused too
+        assert int(show["NRestarts"]) == len(started)
         entry = tier.wait(
             lambda: _settled(tier, self.UNIT, len(exits)), "the crashes counted", timeout=SETTLE
         )
@@ -196,25 +195,40 @@ class TestCrashLoop:
         assert {item["outcome"] for item in entry["incarnations"]} == {"crashed"}
 
     def test_alerts_crash_looping(self, tier: Tier) -> None:
-        started = _started(tier, self.UNIT)
-        samples = tier.wait(
-            lambda: tier.query(f'vllm_sentinel_unit_starts_total{{unit="{self.UNIT}"}}[10m]'),
-            "the unit's starts_total in Prometheus",
+        tier.wait(
+            lambda: _fired(tier, "VllmCrashLooping", self.UNIT),
+            "VllmCrashLooping delivered to the webhook",
+            timeout=SETTLE,
         )
-        first = [float(value) for _, value in samples[0]["values"]]
-        try:
-            tier.wait(
-                lambda: _fired(tier, "VllmCrashLooping", self.UNIT),
-                "VllmCrashLooping delivered to the webhook",
-                timeout=SETTLE,
-            )
-        except AssertionError as error:
-            raise AssertionError(
-                f"{str(error)[:400]}\nstarts_total samples: {first[:3]}… "
-                f"(systemd started it {len(started)} times)"
-            ) from None
         firing = tier.query(f'ALERTS{{alertname="VllmCrashed",unit="{self.UNIT}"}}')
         assert {item["metric"]["cause"] for item in firing} == {"cuda_oom"}
+
+    @pytest.mark.xfail(
+        strict=True,
+        reason="product defect (rules): a unit's counters are first exported at their value "
+        "then (starts_total 1 at the unit's first start), and increase() does not count a "
+        "series' first value, so increase(vllm_sentinel_unit_starts_total[30m]) misses the first "
+        "start: VllmCrashLooping's 'at least 3 starts' needs 4 (a StartLimitBurst=3 loop pages "
+        "only by the luck of Prometheus' extrapolation). Count a series born in the window from "
+        "0 (e.g. `or vllm_sentinel_unit_starts_total unless vllm_sentinel_unit_starts_total "
+        "offset 30m`).",
+    )
+    def test_prometheus_counts_every_start_systemd_made(self, tier: Tier) -> None:
+        tier.wait(
+            lambda: tier.show(self.UNIT, "ActiveState")["ActiveState"] == "failed",
+            "systemd giving up on vllm-crashloop",
+        )
+        started = _started(tier, self.UNIT)
+        tier.wait(
+            lambda: tier.query(
+                f'vllm_sentinel_unit_starts_total{{unit="{self.UNIT}"}} == {len(started)}'
+            ),
+            "the last start scraped",
+        )
+        (result,) = tier.query(
+            f'increase(vllm_sentinel_unit_starts_total{{unit="{self.UNIT}"}}[30m])'
+        )
+        assert float(result["value"][1]) >= len(started)
 
 
 class TestStopMidLoad:
@@ -226,6 +240,15 @@ class TestStopMidLoad:
         tier.notes["drivers"]["stop"].check()
         show = tier.show(self.UNIT, "Result", "ActiveState", "NRestarts")
         assert show == {"Result": "success", "ActiveState": "inactive", "NRestarts": "0"}
+        systemd = [message(entry) for entry in tier.journal(self.UNIT) if entry.get("_PID") == "1"]
+        assert systemd[2:] == [
+            f"Stopping {self.UNIT} - vLLM stand-in vllm-stop...",
+            *systemd[3:-2],  # KillMode=mixed: the engine and workers get SIGKILL after the main
+            f"{self.UNIT}: Deactivated successfully.",
+            f"Stopped {self.UNIT} - vLLM stand-in vllm-stop.",
+        ]
+        assert all("with signal SIGKILL." in text for text in systemd[3:-2])
+        assert _exits(tier, self.UNIT) == []  # a clean stop: no "Main process exited" entry
         entry = tier.wait(
             lambda: (e := tier.unit(self.UNIT)) and _phase(e) == "stopped" and e,
             "vllm-stop stopped",

@@ -49,7 +49,7 @@ import time
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from tests.support.make_incident import (
     API_TRACEBACK,
@@ -105,7 +105,13 @@ def _print(role: str, lines: Sequence[str], level: str | None, src: str, color: 
 
 
 def _puppet(role: str, comm: str) -> int:
-    """Print each command's lines as ``role``; ack each on stderr; exit when the pipe closes."""
+    """A child: print each command's lines as ``role``; ack each on stderr; exit when the
+    pipe closes (the parent died), or go on alone after a ``linger`` command.
+
+    Commands (one JSON object a line on stdin): ``{"lines", "src", "level"}`` prints;
+    ``{"exit": N}`` exits with N; ``{"linger": PATH, "lines", …}`` acks, then waits until the
+    file PATH changes (the unit's next start), sleeps ``after`` seconds, prints and exits 1.
+    """
     with contextlib.suppress(OSError):
         Path("/proc/self/comm").write_text(comm)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -161,9 +167,8 @@ class _StopRequestedError(Exception):
 class StandIn:
     """One start of the stand-in: the API server (this process) and its children."""
 
-    def __init__(self, tp: int, out: IO[str], *, burst: int, burst_pause: float) -> None:
+    def __init__(self, tp: int, *, burst: int, burst_pause: float) -> None:
         self.tp = tp
-        self.out = out
         self.burst = burst
         self.burst_pause = burst_pause
         self.core: _Child | None = None
@@ -373,7 +378,7 @@ def _serve(args: argparse.Namespace) -> int:
     if plan not in PLANS:
         print(f"unknown plan {plan!r}", file=sys.stderr)
         return 2
-    run = StandIn(args.tp, sys.stdout, burst=args.burst, burst_pause=args.burst_pause)
+    run = StandIn(args.tp, burst=args.burst, burst_pause=args.burst_pause)
 
     def stop(signum: int, frame: object) -> None:
         if run.serving:

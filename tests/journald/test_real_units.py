@@ -202,33 +202,8 @@ class TestCrashLoop:
         )
         firing = tier.query(f'ALERTS{{alertname="VllmCrashed",unit="{self.UNIT}"}}')
         assert {item["metric"]["cause"] for item in firing} == {"cuda_oom"}
-
-    @pytest.mark.xfail(
-        strict=True,
-        reason="product defect (rules): a unit's counters are first exported at their value "
-        "then (starts_total 1 at the unit's first start), and increase() does not count a "
-        "series' first value, so increase(vllm_sentinel_unit_starts_total[30m]) misses the first "
-        "start: VllmCrashLooping's 'at least 3 starts' needs 4 (a StartLimitBurst=3 loop pages "
-        "only by the luck of Prometheus' extrapolation). Count a series born in the window from "
-        "0 (e.g. `or vllm_sentinel_unit_starts_total unless vllm_sentinel_unit_starts_total "
-        "offset 30m`).",
-    )
-    def test_prometheus_counts_every_start_systemd_made(self, tier: Tier) -> None:
-        tier.wait(
-            lambda: tier.show(self.UNIT, "ActiveState")["ActiveState"] == "failed",
-            "systemd giving up on vllm-crashloop",
-        )
-        started = _started(tier, self.UNIT)
-        tier.wait(
-            lambda: tier.query(
-                f'vllm_sentinel_unit_starts_total{{unit="{self.UNIT}"}} == {len(started)}'
-            ),
-            "the last start scraped",
-        )
-        (result,) = tier.query(
-            f'increase(vllm_sentinel_unit_starts_total{{unit="{self.UNIT}"}}[30m])'
-        )
-        assert float(result["value"][1]) >= len(started)
+        # five starts: increase() misses the first (the series is born at 1), four still page;
+        # a three-start loop may not (tests/rules/test_born_counters.py)
 
 
 class TestStopMidLoad:

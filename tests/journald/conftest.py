@@ -47,6 +47,7 @@ from tests.e2e.conftest import (
     alertmanager_config,
     prometheus_config,
 )
+from tests.journald.scenarios import SCENARIOS, start_all, unit_text
 from tests.support.booted_root import BootedRoot, BootError
 from tests.support.netns import NetnsThread
 from tests.support.packaging import ROOT
@@ -210,8 +211,6 @@ def tier(tmp_path_factory: pytest.TempPathFactory, built_package: BuiltPackage) 
     )
     config = root.path(CONFIG)
     _unit_file(config, _CONFIG)
-    from tests.journald.scenarios import SCENARIOS, unit_text
-
     for scenario in SCENARIOS:
         _unit_file(root.path(f"/etc/systemd/system/{scenario.unit}"), unit_text(scenario))
     try:
@@ -295,8 +294,6 @@ def tier(tmp_path_factory: pytest.TempPathFactory, built_package: BuiltPackage) 
         tier.wait(
             lambda: tier.query(f'up{{job="{SCRAPE_JOB}"}} == 1'), "Prometheus scraping", timeout=60
         )
-        from tests.journald.scenarios import start_all
-
         drivers = start_all(tier)
         tier.notes["drivers"] = drivers
         yield tier

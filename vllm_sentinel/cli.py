@@ -174,8 +174,27 @@ def cli() -> None:
     show_default=True,
     help="A timeline with verdicts, or one JSON document.",
 )
+@click.option(
+    "--last",
+    "last",
+    type=click.IntRange(min=2),
+    default=8,
+    show_default=True,
+    help="Show each unit's last N incarnations whole; the earlier ones are summed up.",
+)
+@click.option(
+    "--all",
+    "show_all",
+    is_flag=True,
+    help="Show every incarnation (a crash loop of thousands prints thousands).",
+)
 def replay_command(
-    files: tuple[str, ...], input_format: str, unit: str | None, output: str
+    files: tuple[str, ...],
+    input_format: str,
+    unit: str | None,
+    output: str,
+    last: int,
+    show_all: bool,
 ) -> None:
     """Replay recorded logs (FILE… or - for stdin) and print each unit's timeline and verdict.
 
@@ -186,7 +205,9 @@ def replay_command(
     that names several units is read as one, with a warning). A missing path, a directory, an
     input that cannot be opened or read, corrupt compressed data or binary data (not a log) is
     one line on stderr and exit status 2, with no timeline. On a terminal, verdicts are wrapped
-    to its width; --output json keeps every message whole.
+    to its width; --output json keeps every message whole. A unit with more incarnations than
+    --last shows the last ones and one line on the earlier ones (how many, how each ended,
+    when), with the unit's totals; --all shows every one.
     """
     from datetime import UTC, datetime
 
@@ -205,6 +226,7 @@ def replay_command(
             unit=unit,
             names=[os.path.basename(path) if path != "-" else "stdin" for path in files],
             reference_year=datetime.now(UTC).year,
+            keep=None if show_all else last,
         )
     except InputError as error:
         _fail(str(error))

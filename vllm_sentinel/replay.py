@@ -11,6 +11,7 @@ a current start gets its usual phase duration, the slow flag and its ETA (``eta`
 from __future__ import annotations
 
 import codecs
+import sys
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -33,7 +34,17 @@ from vllm_sentinel.engine.snapshot import StartupRecord, UnitSnapshot
 from vllm_sentinel.engine.stall import is_slow
 from vllm_sentinel.engine.tracker import TrackerSet, UnitTracker
 
-__all__ = ["InputFormat", "ReplayResult", "detect_format", "judge_at_end", "replay"]
+__all__ = [
+    "KEPT_INCARNATIONS",
+    "InputFormat",
+    "ReplayResult",
+    "detect_format",
+    "judge_at_end",
+    "replay",
+]
+
+KEPT_INCARNATIONS = 8
+"""How many of a unit's newest incarnations replay shows whole by default (``--last``)."""
 
 
 class InputFormat(StrEnum):
@@ -85,7 +96,10 @@ def judge_at_end(unit: UnitSnapshot) -> UnitSnapshot:
         if record is not None:
             records = remember(records, record) or records
     usual = usual_phase_seconds(same_model(records, current.model), current.phase)
-    slow = is_slow(current.phase, current.phase_entered_at, usual, now)
+    # a phase a line said ended (markers.PHASE_ENDS) is over: the next one is under way
+    slow = current.phase_ended_at is None and is_slow(
+        current.phase, current.phase_entered_at, usual, now
+    )
     estimate = estimate_ready(current, records, now)
     if estimate is None and usual is None:
         return unit
@@ -133,6 +147,7 @@ def replay(
     names: Sequence[str] | None = None,
     reference_year: int = 1970,
     benign_patterns: Sequence[str] = DEFAULT_BENIGN_PATTERNS,
+    keep: int | None = KEPT_INCARNATIONS,
 ) -> ReplayResult:
     """Run inputs through the engine and return every unit's final snapshot.
 
@@ -146,6 +161,8 @@ def replay(
             never merge into one timeline.
         reference_year: year for timestamps that carry none.
         benign_patterns: regexes of ERROR lines known not to be fatal.
+        keep: how many of each unit's newest incarnations to keep whole (at least 2); the
+            earlier ones are summed up (``UnitSnapshot.earlier``); ``None`` keeps every one.
 
     Returns:
         The snapshots (at the end of input: pending crashes confirmed, all crashes settled;
@@ -163,6 +180,7 @@ def replay(
             matcher=matcher,
             benign=benign,
             reference_year=reference_year,
+            max_incarnations=sys.maxsize if keep is None else keep,
             settle_while_feeding=False,  # a post-mortem settles at the end of its input
         )
 

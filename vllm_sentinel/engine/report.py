@@ -60,6 +60,7 @@ from vllm_sentinel.engine.hints import HintContext, explain_benign, hint_context
 from vllm_sentinel.engine.snapshot import (
     CollectorState,
     CrashInfo,
+    EarlierIncarnations,
     EtaBasis,
     IncarnationSnapshot,
     Snapshot,
@@ -362,6 +363,14 @@ def unit_to_json(
         "eta_basis": unit.eta_basis.value if unit.eta_basis is not None else None,
         "eta_overdue_seconds": unit.eta_overdue_seconds,
     }
+    earlier = unit.earlier
+    if earlier.count:
+        document["earlier_incarnations"] = {
+            "count": earlier.count,
+            "by_outcome": dict(earlier.by_outcome),
+            "first_started_at": iso_utc(earlier.first_started_at),
+            "last_ended_at": iso_utc(earlier.last_ended_at),
+        }
     if now is not None:
         since = now - _DAY
         starts = sum(1 for moment in unit.recent_starts if moment > since)
@@ -492,6 +501,35 @@ def _wrapped(line: str, width: int | None) -> list[str]:
     )
 
 
+def _counts(counts: Mapping[str, int]) -> str:
+    """``{"killed": 1000, "kv_cache_insufficient": 993}`` → ``1,000 killed, 993 kv_…``."""
+    return ", ".join(f"{count:,} {label}" for label, count in counts.items())
+
+
+def _earlier_line(earlier: EarlierIncarnations) -> str:
+    """The line that sums up the incarnations the tracker no longer keeps."""
+    when = []
+    if earlier.first_started_at is not None:
+        when.append(f"first at {_clock(earlier.first_started_at)}")
+    if earlier.last_ended_at is not None:
+        when.append(f"last ended {_clock(earlier.last_ended_at)}")
+    times = f" ({', '.join(when)})" if when else ""
+    return f"{earlier.count:,} earlier incarnations: {_counts(earlier.by_outcome)}{times}"
+
+
+def _totals_line(unit: UnitSnapshot) -> str:
+    """The unit's starts and crashes over the whole input (shown when some were summed up)."""
+    crashes = sum(unit.crashes_total.values())
+    by_cause = dict(
+        sorted(
+            ((cause.value, count) for cause, count in unit.crashes_total.items() if count),
+            key=lambda item: (-item[1], item[0]),
+        )
+    )
+    detail = f": {_counts(by_cause)}" if by_cause else ""
+    return f"totals: {unit.starts_total:,} starts, {crashes:,} crashes{detail}"
+
+
 def render_text(
     units: Iterable[UnitSnapshot], now: datetime | None = None, *, width: int | None = None
 ) -> str:
@@ -511,11 +549,20 @@ def render_text(
     out: list[str] = []
     for unit in units:
         where = f" on {unit.host}" if unit.host else ""
-        out.append(f"unit {unit.unit}{where}: {len(unit.incarnations)} incarnation(s)")
+        earlier = unit.earlier
+        if earlier.count:
+            total = earlier.count + len(unit.incarnations)
+            out.append(
+                f"unit {unit.unit}{where}: {total:,} incarnations (the last "
+                f"{len(unit.incarnations):,} shown; --all shows every one)"
+            )
+            out.append(f"  {_earlier_line(earlier)}")
+        else:
+            out.append(f"unit {unit.unit}{where}: {len(unit.incarnations):,} incarnation(s)")
         comparisons = startup_comparisons(unit.incarnations)
         pairs = zip(unit.incarnations, comparisons, strict=True)
         context = hint_context(unit)  # its unit, and the crashes a later start recovered from
-        for number, (item, comparison) in enumerate(pairs, 1):
+        for number, (item, comparison) in enumerate(pairs, earlier.count + 1):
             usual = (
                 {row.phase: row.usual_seconds for row in comparison.phases}
                 if comparison is not None and comparison.compared_starts
@@ -532,7 +579,7 @@ def render_text(
                 if fact
             ]
             out.append(
-                f"  incarnation {number}{ident}" + (f" ({', '.join(facts)})" if facts else "")
+                f"  incarnation {number:,}{ident}" + (f" ({', '.join(facts)})" if facts else "")
             )
             for index, entry in enumerate(item.phases):
                 following = (
@@ -565,6 +612,8 @@ def render_text(
             if item.crash is not None:
                 hint = hint_for(item.crash, context)
                 out += _wrapped(f"hint: {hint.text} (see {hint.runbook})", width)
+        if earlier.count:
+            out.append(f"  {_totals_line(unit)}")
         out.append("")
     return "\n".join(out).rstrip() + "\n" if out else "no vLLM records found\n"
 

@@ -84,7 +84,7 @@ _NO_JOURNAL_FILES_DETAIL = (
     "systemd-journal group)"
 )
 
-STARTED_MESSAGE_ID = "39f53479d3a045ac8e117862248231bf"
+STARTED_MESSAGE_ID = "39f53479d3a045ac8e11786248231fbf"
 """systemd's catalog id of "Started <unit>" (src/core/job.c, ``SD_MESSAGE_UNIT_STARTED``)."""
 
 _CURSOR_TIME = re.compile(r"(?:^|;)t=([0-9a-f]{1,16})(?:;|$)")

@@ -189,7 +189,56 @@ def _installed_config(*, readable_only: bool = False) -> str | None:
     return DEFAULT_CONFIG_PATH
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _OneLineUsageError(click.UsageError):
+    """A usage error shown as the CLI's other errors are: one line on stderr, exit status 2."""
+
+    def show(self, file: Any = None) -> None:
+        """``vllm-sentinel: replay: Invalid value for '--last': … (see 'vllm-sentinel replay
+        --help')``: click's own is three lines (usage, a hint, the error)."""
+        names: list[str] = []
+        ctx = self.ctx
+        while ctx is not None and ctx.parent is not None:  # the root's name is how it was run
+            names.insert(0, ctx.info_name or "")
+            ctx = ctx.parent
+        where = " ".join(names)
+        prefix = f"{where}: " if where else ""
+        path = " ".join(["vllm-sentinel", *names])
+        click.echo(
+            f"vllm-sentinel: {prefix}{self.format_message().rstrip('.')} (see '{path} --help')",
+            file=file,
+            err=file is None,
+        )
+
+
+class _Commands(click.Group):
+    """The command group; its own and its commands' usage errors are one line (exit 2)."""
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.UsageError as error:
+            raise _one_line(error) from None
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as error:
+            raise _one_line(error) from None
+
+
+def _one_line(error: click.UsageError) -> click.UsageError:
+    if isinstance(error, _OneLineUsageError):
+        return error
+    return _OneLineUsageError(error.format_message(), error.ctx)
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="vllm-sentinel")
 def cli() -> None:
     """Watch vLLM units: startup phases, stalls, crash root causes, as Prometheus metrics."""

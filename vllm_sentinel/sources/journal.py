@@ -58,6 +58,7 @@ from tenacity import BaseRetrying, RetryCallState
 
 from vllm_sentinel.engine.decode.journal_json import JOURNAL_FIELDS, JournalJsonDecoder
 from vllm_sentinel.engine.decode.record import Record
+from vllm_sentinel.engine.decode.unit_name import is_unit_name
 from vllm_sentinel.engine.snapshot import CollectorState
 from vllm_sentinel.errors import TransportError
 from vllm_sentinel.sources.gpu import BackoffWait
@@ -111,6 +112,7 @@ class FollowerSettings:
     reconnect_max_seconds: float = 60.0
     query_timeout_seconds: float = 30.0
     unit_discovery_interval_seconds: float = 30.0
+    max_units: int = 1024
 
 
 _FILE_OPTIONS = ("--directory", "-D", "--file", "--root", "--image")
@@ -291,6 +293,7 @@ class JournalFollower:
         self._units: tuple[str, ...] = () if self._globs else settings.units
         self._new_units: tuple[str, ...] = ()  # appeared after the backfill: backfill them too
         self._told_no_units = False
+        self._told_too_many_units = False
         self.records_total = 0
 
     @property
@@ -345,8 +348,8 @@ class JournalFollower:
                     await self._backfill(emit)
                     backfilled = True
                 elif self._new_units:
-                    await self._backfill(emit, units=self._new_units)
-                    self._new_units = ()
+                    new_units, self._new_units = self._new_units, ()
+                    await self._backfill_new_units(emit, new_units)
                 changed = await self._follow_until_units_change(emit)
                 if changed:
                     continue
@@ -369,25 +372,53 @@ class JournalFollower:
         """Unit names in the journal that match the configured names or globs.
 
         journalctl expands ``--unit`` globs once, when it starts, and fails ("No data
-        available") when a glob matches nothing yet; so globs are resolved here, from the
-        values of ``_SYSTEMD_UNIT`` and ``UNIT`` (systemd's messages about a unit), and
-        re-resolved every ``unit_discovery_interval_seconds``.
+        available") when a glob matches nothing yet; so globs are resolved here and
+        re-resolved every ``unit_discovery_interval_seconds``, from what only journald and
+        systemd can write (systemd.journal-fields(7)): the values of ``_SYSTEMD_UNIT`` (a
+        trusted field, set by journald from the writer's cgroup) and the ``UNIT=`` of PID 1's
+        own entries (systemd's messages about a unit) within the backfill window. Any process
+        can write ``UNIT=`` itself (``logger --journald``): those values are never read. Each
+        name must be an exact systemd unit name (``unit_name.is_unit_name``: no glob, no
+        template) before it becomes an argument.
         """
         settings = self._settings
-        names: set[str] = set()
-        for field in ("_SYSTEMD_UNIT", "UNIT"):
-            argv = build_journalctl_argv((), settings.journalctl_args, field=field)
-            output = await self._transport.run(argv, settings.query_timeout_seconds)
-            names.update(
-                line.decode("utf-8", errors="replace").strip() for line in output.splitlines()
-            )
-        return tuple(
-            sorted(
-                name
-                for name in names
-                if name and any(fnmatchcase(name, pattern) for pattern in settings.units)
-            )
+        argv = build_journalctl_argv((), settings.journalctl_args, field="_SYSTEMD_UNIT")
+        output = await self._transport.run(argv, settings.query_timeout_seconds)
+        names = {line.decode("utf-8", errors="replace").strip() for line in output.splitlines()}
+        since = self._clock().timestamp() - settings.backfill_max_age_seconds
+        argv = build_journalctl_argv(
+            (),
+            settings.journalctl_args,
+            since=since,
+            matches=("_PID=1", "_UID=0"),
+            output_fields=("UNIT",),
         )
+        output = await self._transport.run(argv, settings.query_timeout_seconds)
+        for line in output.splitlines():
+            try:
+                unit = orjson.loads(line).get("UNIT")
+            except (orjson.JSONDecodeError, AttributeError):
+                continue
+            if isinstance(unit, str):
+                names.add(unit)
+        matching = sorted(
+            name
+            for name in names
+            if is_unit_name(name) and any(fnmatchcase(name, pattern) for pattern in settings.units)
+        )
+        if len(matching) > settings.max_units:
+            if not self._told_too_many_units:
+                self._told_too_many_units = True
+                _log.warning(
+                    "journal_units_capped",
+                    host=self.host,
+                    matching=len(matching),
+                    followed=settings.max_units,
+                    detail="more units match the globs than max_units: the first by name are "
+                    "followed",
+                )
+            matching = matching[: settings.max_units]
+        return tuple(matching)
 
     async def _wait_for_units(self) -> None:
         """No unit matches yet: the journal is readable, so the collector is up; look again."""
@@ -421,6 +452,22 @@ class JournalFollower:
         self._new_units = added
         self._units = units
         return True
+
+    async def _backfill_new_units(self, emit: Emit, units: tuple[str, ...]) -> None:
+        """Backfill units that appeared while following; a unit-filtered query journalctl
+        refuses costs that backfill only (they are followed anyway), never the host's follow."""
+        try:
+            await self._backfill(emit, units=units)
+        except TransportError as error:
+            if error.reason != "command_failed":
+                self._new_units = units  # the transport failed: try again after reconnecting
+                raise
+            _log.warning(
+                "journal_unit_backfill_failed",
+                host=self.host,
+                units=list(units)[:20],
+                detail=error.detail[:300],
+            )
 
     async def _watch_units(self) -> tuple[str, ...]:
         while True:
@@ -605,7 +652,19 @@ class JournalFollower:
                 matches=(f"MESSAGE_ID={STARTED_MESSAGE_ID}",),
                 output_fields=("UNIT", "USER_UNIT"),
             )
-            output = await self._transport.run(argv, settings.query_timeout_seconds)
+            try:
+                output = await self._transport.run(argv, settings.query_timeout_seconds)
+            except TransportError as error:
+                if error.reason != "command_failed":
+                    raise
+                # one unit's query refused must not cost the host its backfill
+                _log.warning(
+                    "journal_unit_backfill_failed",
+                    host=self.host,
+                    units=[unit],
+                    detail=error.detail[:300],
+                )
+                continue
             try:
                 latest = int(orjson.loads(output.split(b"\n", 1)[0])["__REALTIME_TIMESTAMP"]) / 1e6
             except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):

@@ -1,0 +1,83 @@
+"""Trust boundaries against real parts: what other processes write into the journal.
+
+A local user can write any field but journald's own (``_PID``, ``_UID``, ``_SYSTEMD_UNIT`` …:
+systemd.journal-fields(7), "trusted fields") with ``logger --journald``; the daemon must take
+unit names only from journald's fields and from PID 1's ``UNIT=`` (systemd's word).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.support.daemon import current_phase, local_config, running_daemon, value
+from tests.support.journal_writer import JournalWriter, LogClock, service_line, unit_started
+
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
+
+UNIT = "vllm-kimi-k25.service"
+A = "1" * 32
+LOADING = "INFO 11-29 10:00:21 [gpu_model_runner.py:1] Starting to load model m..."
+
+
+def _forged(unit_field: str, at: int) -> dict[str, str | bytes | int]:
+    """A line of another user's process (cron's job, uid 1000) that names a unit in ``UNIT=``,
+    as ``logger --journald`` writes it."""
+    return service_line(
+        "cron.service",
+        "2" * 32,
+        4242,
+        "hello",
+        at,
+        "logger",
+        extra={"UNIT": unit_field, "_UID": 1000},
+    )
+
+
+async def test_forged_unit_fields_neither_blind_the_host_nor_add_units(
+    journal_writer: JournalWriter, tmp_path: Path
+) -> None:
+    """``UNIT=vllm-[xy].service`` and 200 ``UNIT=vllm-evil-N.service`` from a user's process:
+    the real unit is read and followed, no forged unit gets a series, the collector is up."""
+    clock = LogClock()
+    forged = [_forged("vllm-[xy].service", clock.us(0))]
+    forged += [_forged(f"vllm-evil-{n}.service", clock.us(0)) for n in range(200)]
+    journal_writer.write_readable(
+        [
+            *forged,
+            unit_started(UNIT, A, clock.us(1)),
+            service_line(UNIT, A, 7, LOADING, clock.us(2)),
+        ]
+    )
+    config = local_config(journal_writer.path.parent, tmp_path / "state")
+    async with running_daemon(config) as daemon:
+        samples = await daemon.wait_for(
+            lambda s: (
+                current_phase(s, UNIT) == "loading_weights"
+                and value(s, "vllm_sentinel_collector_up", collector="journal") == 1
+            ),
+            what="the real unit read despite forged UNIT= fields",
+        )
+        units = {dict(labels).get("unit") for (_, labels) in samples} - {None}
+        assert units == {UNIT}
+        journal_writer.write_and_flush(
+            [
+                service_line(
+                    UNIT,
+                    A,
+                    7,
+                    "INFO 11-29 10:00:50 [gpu_model_runner.py:1] Model loading took 9.38 GiB "
+                    "memory and 14.1 seconds",
+                    clock.us(3),
+                )
+            ]
+        )
+        await daemon.wait_for(
+            lambda s: value(s, "vllm_sentinel_unit_model_weights_bytes", unit=UNIT) is not None,
+            what="followed",
+        )
+        # never down since it came up: no backfill failed and was retried
+        samples = await daemon.metrics()
+        assert value(samples, "vllm_sentinel_collector_reconnects_total", collector="journal") == 0
+        assert value(samples, "vllm_sentinel_collector_up", collector="journal") == 1

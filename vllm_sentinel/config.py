@@ -386,6 +386,8 @@ class ExporterConfig(BaseModel):
     tls_cert_file: str = ""
     tls_key_file: str = Field(default="", validate_default=True)
     web_config_file: str = ""
+    max_connections: Annotated[int, Field(ge=1, le=4096)] = 64
+    request_read_timeout_seconds: Annotated[float, Field(ge=0.5, le=300.0)] = 10.0
 
     @field_validator("tls_key_file", mode="after")
     @classmethod

@@ -47,6 +47,7 @@ from vllm_sentinel.monitor import GpuDown, GpuSample, HostPlan, Monitor, StateSa
 from vllm_sentinel.serve.exporter import SentinelCollector, make_registry
 from vllm_sentinel.serve.http import (
     BasicAuthenticator,
+    ConnectionLimits,
     ServerHandle,
     load_exporter_security,
     make_app,
@@ -133,6 +134,7 @@ def host_plan(host: HostConfig, config: Config) -> HostPlan:
         probe_policy=host.probe_policy(),
         slow_factor=host.slow_factor,
         slow_floor_seconds=host.slow_floor_seconds,
+        same_clock=host.local,
     )
 
 
@@ -155,7 +157,10 @@ def serve_http(
     users = security.basic_auth_users
     authenticator = BasicAuthenticator(users) if users else None
     app = make_app(registry, status, authenticator=authenticator, snapshot=get_snapshot)
-    return start_http_server(exporter.listen_host, exporter.listen_port, app, security.ssl_context)
+    limits = ConnectionLimits(exporter.max_connections, exporter.request_read_timeout_seconds)
+    return start_http_server(
+        exporter.listen_host, exporter.listen_port, app, security.ssl_context, limits
+    )
 
 
 @dataclass(slots=True)

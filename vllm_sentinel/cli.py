@@ -191,6 +191,7 @@ def replay_command(
     from datetime import UTC, datetime
 
     from vllm_sentinel.engine.report import render_text, to_json
+    from vllm_sentinel.engine.terminal_text import json_for_terminal, printable
     from vllm_sentinel.replay import InputFormat, replay
     from vllm_sentinel.sources.replay_input import InputError, read_input
 
@@ -214,14 +215,14 @@ def replay_command(
         document = to_json(result.units)
         document["skipped"] = dict(result.skipped)
         document["warnings"] = list(result.warnings)
-        click.echo(orjson.dumps(document, option=orjson.OPT_INDENT_2))
+        click.echo(json_for_terminal(orjson.dumps(document, option=orjson.OPT_INDENT_2)))
     else:
-        click.echo(render_text(result.units, width=_terminal_width()), nl=False)
+        click.echo(printable(render_text(result.units, width=_terminal_width())), nl=False)
         if result.skipped:
             detail = ", ".join(f"{k}={v}" for k, v in sorted(result.skipped.items()))
-            click.echo(f"skipped input: {detail}")
+            click.echo(printable(f"skipped input: {detail}"))
     for warning in result.warnings:
-        click.echo(f"vllm-sentinel: warning: {warning}", err=True)
+        click.echo(printable(f"vllm-sentinel: warning: {warning}"), err=True)
 
 
 def _terminal_width() -> int | None:
@@ -665,12 +666,13 @@ def status_command(url: str, cacert: str | None, user: str | None, as_json: bool
     import orjson
 
     from vllm_sentinel.engine.report import render_status
+    from vllm_sentinel.engine.terminal_text import json_for_terminal, printable
 
     document = fetch_status(url, cacert=cacert, user=user)
     if as_json:
-        click.echo(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode())
+        click.echo(json_for_terminal(orjson.dumps(document, option=orjson.OPT_INDENT_2)).decode())
         return
-    click.echo(render_status(document), nl=False)
+    click.echo(printable(render_status(document)), nl=False)
 
 
 def main() -> None:

@@ -77,7 +77,7 @@ async def test_authenticated_scrapes_are_served_while_slow_clients_hold_connecti
     cert, key = write_self_signed(tmp_path)
     errors = tmp_path / "stderr"
     with errors.open("w") as stderr:
-        # noqa: the child runs beside the loop; its two stdout lines are read at known points
+        # (ASYNC220) the child runs beside the loop; its two stdout lines are read at known points
         child = subprocess.Popen(  # noqa: ASYNC220
             [
                 sys.executable,

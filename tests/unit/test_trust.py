@@ -14,7 +14,9 @@ from vllm_sentinel.engine.decode.journal_json import JournalJsonDecoder
 from vllm_sentinel.engine.decode.unit_name import is_unit_name
 from vllm_sentinel.engine.hints import MESSAGE_HINTS, HintContext, hint_for
 from vllm_sentinel.engine.snapshot import CrashInfo
+from vllm_sentinel.engine.terminal_text import json_for_terminal, printable
 from vllm_sentinel.engine.value_shapes import FIELD_SHAPES, has_shape
+from vllm_sentinel.serve.metrics import bound_label
 
 
 class TestIsUnitName:
@@ -195,3 +197,37 @@ class TestHintValueShapes:
         crash = CrashInfo(CrashCause.UNKNOWN, "", "", Phase.LOADING_WEIGHTS, None, None)
         hint = hint_for(crash, HintContext(unit="x.service;reboot"))
         assert "reboot" not in hint.text
+
+
+HOSTILE = (
+    "\x1bc"  # ESC c: reset the terminal
+    "\x1b]0;owned\x07"  # OSC: set the title
+    "\x1b]52;c;Y3VybCB4fHNo\x1b\\"  # OSC 52: write the clipboard
+    "\x1bP+q544e\x1b\\"  # DCS: ask the terminal
+    "\x9b2J"  # C1 CSI: clear the screen
+    "\x1b[1A\x1b[2K"  # CSI: up a line, erase it
+    "ok\x08\x08XX\x00\x7f"  # backspaces, NUL, DEL
+)
+
+
+class TestPrintable:
+    """Nothing printed holds a control sequence from the log."""
+
+    def test_sequences_are_removed_whole_and_controls_dropped(self) -> None:
+        """Escape sequences go with their parameters; tab and newline stay."""
+        assert printable(HOSTILE + "\tend\n") == "okXX\tend\n"
+
+    def test_plain_text_is_unchanged(self) -> None:
+        """Ordinary text (any script) is returned as it is."""
+        assert printable("CUDA out of memory — 显存不足\n") == "CUDA out of memory — 显存不足\n"
+
+    def test_json_writes_c1_and_del_as_escapes(self) -> None:
+        """The same JSON value, no raw C1 byte."""
+        document = orjson.dumps({"m": "a\x9b2Jb\x7f"})
+        safe = json_for_terminal(document)
+        assert orjson.loads(safe) == {"m": "a\x9b2Jb\x7f"}
+        assert not any(0x7F <= ord(char) <= 0x9F for char in safe.decode())
+
+    def test_metric_label_values_hold_no_control(self) -> None:
+        """``last_crash_info``'s message label is cut from log text: no control survives."""
+        assert bound_label("boom " + HOSTILE) == "boom okXX"

@@ -292,10 +292,18 @@ class Daemon:
         counters could not be saved (``cursor_save_failed``).
 
         Raises:
-            StateDirectoryError: the state directory cannot be written (nothing started).
+            StateDirectoryError: the state directory cannot be written, or another daemon
+                holds it (``CursorStore.lock``): nothing started.
             ConfigError: the exporter's web config or TLS files cannot be used.
         """
         self._cursors.check_writable()
+        self._cursors.lock()  # one daemon per state directory
+        try:
+            return await self._serve()
+        finally:
+            self._cursors.unlock()
+
+    async def _serve(self) -> int:
         for host in self.config.hosts:
             self._restore(host)
         self._cursors.flush_sync()

@@ -7,11 +7,21 @@ unit names only from journald's fields and from PID 1's ``UNIT=`` (systemd's wor
 
 from __future__ import annotations
 
+import asyncio
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from tests.support.daemon import current_phase, local_config, running_daemon, value
+from tests.support.daemon import (
+    current_phase,
+    local_config,
+    local_config_text,
+    running_daemon,
+    value,
+)
 from tests.support.journal_writer import JournalWriter, LogClock, service_line, unit_started
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
@@ -81,3 +91,33 @@ async def test_forged_unit_fields_neither_blind_the_host_nor_add_units(
         samples = await daemon.metrics()
         assert value(samples, "vllm_sentinel_collector_reconnects_total", collector="journal") == 0
         assert value(samples, "vllm_sentinel_collector_up", collector="journal") == 1
+
+
+async def test_a_second_daemon_on_the_same_state_directory_is_refused(
+    journal_writer: JournalWriter, tmp_path: Path
+) -> None:
+    """The real ``run`` command against a state directory a running daemon holds: one line on
+    stderr naming the directory and the holder's PID, exit 2; the first keeps the lock."""
+    clock = LogClock()
+    journal_writer.write_readable([unit_started(UNIT, A, clock.us(0))])
+    state = tmp_path / "state"
+    config_file = tmp_path / "second.toml"
+    config_file.write_text(local_config_text(journal_writer.path.parent, state))
+    async with running_daemon(local_config(journal_writer.path.parent, state)) as daemon:
+        await daemon.wait_for(lambda s: current_phase(s, UNIT) == "starting", what="first up")
+        second = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, "-m", "vllm_sentinel", "run", "--config", str(config_file)],
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+        holder = (state / "lock").read_text().strip()
+    assert second.returncode == 2
+    lines = second.stderr.decode().strip().splitlines()
+    assert len(lines) == 1
+    assert (
+        f"the state directory {state} is in use by another vllm-sentinel (pid {os.getpid()})"
+        in lines[0]
+    )
+    assert holder == str(os.getpid())  # the first daemon still holds it

@@ -8,13 +8,16 @@ import re
 import orjson
 import pytest
 
+from tests.support.records import UNIT, Journal
 from vllm_sentinel.engine.catalog.causes import CrashCause
 from vllm_sentinel.engine.catalog.phases import Phase
+from vllm_sentinel.engine.counters import UnitCounters
 from vllm_sentinel.engine.decode.journal_json import JournalJsonDecoder
 from vllm_sentinel.engine.decode.unit_name import is_unit_name
 from vllm_sentinel.engine.hints import MESSAGE_HINTS, HintContext, hint_for
 from vllm_sentinel.engine.snapshot import CrashInfo
 from vllm_sentinel.engine.terminal_text import json_for_terminal, printable
+from vllm_sentinel.engine.tracker import UnitTracker
 from vllm_sentinel.engine.value_shapes import FIELD_SHAPES, has_shape
 from vllm_sentinel.serve.metrics import bound_label
 
@@ -231,3 +234,30 @@ class TestPrintable:
     def test_metric_label_values_hold_no_control(self) -> None:
         """``last_crash_info``'s message label is cut from log text: no control survives."""
         assert bound_label("boom " + HOSTILE) == "boom okXX"
+
+
+class TestCarriedKill:
+    """A crash carried over a SIGKILL of the daemon and a journal vacuum keeps its evidence."""
+
+    def test_a_killed_crash_carried_and_vacuumed_counts_as_killed(self) -> None:
+        """systemd said ``code=killed, status=9/KILL``; the daemon died before it settled and
+        the journal lost it: the next run counts ``killed``, not ``unknown``."""
+        journal = Journal()
+        first = UnitTracker(UNIT, "llm-two")
+        first.feed(journal.at(0).systemd(f"Started {UNIT}.", "a" * 32))
+        first.feed(
+            journal.at(5).line(
+                "INFO 11-28 23:35:05 [api_server.py:1] vLLM API server version 0.11.0", "a" * 32
+            )
+        )
+        first.feed(
+            journal.at(9).systemd(
+                f"{UNIT}: Main process exited, code=killed, status=9/KILL", "a" * 32
+            )
+        )
+        saved = UnitCounters.from_json(first.counters().to_json())  # as the cursor store keeps it
+        assert len(saved.carried) == 1
+        second = UnitTracker(UNIT, "llm-two")
+        second.restore(saved)
+        assert second.settle_carried() == 1  # the backfill did not read it again: vacuumed
+        assert dict(second.snapshot().crashes_total) == {CrashCause.KILLED: 1}

@@ -508,6 +508,7 @@ class DefaultsConfig(BaseModel):
         default=DEFAULT_BENIGN_PATTERNS, strict=False
     )
     traceback_hold_seconds: float = Field(default=300.0, ge=0, le=86_400)
+    forget_unit_after_seconds: float = Field(default=604_800.0, ge=0)
     state_directory: str = Field(default="/var/lib/vllm-sentinel", min_length=1)
     cursor_flush_interval_seconds: float = Field(default=1.0, gt=0, le=3600)
     unit_discovery_interval_seconds: float = Field(default=30.0, gt=0, le=3600)

@@ -211,6 +211,7 @@ class Daemon:
             history=self.history,
             benign_patterns=config.defaults.benign_patterns,
             traceback_hold_seconds=config.defaults.traceback_hold_seconds,
+            forget_unit_after_seconds=config.defaults.forget_unit_after_seconds,
             show_saved_counters=True,
         )
         self.monitor.register_sentinel(self._sentinel_state)
@@ -404,6 +405,7 @@ class Daemon:
                 backfill_max_age_seconds=defaults.backfill_max_age_seconds,
                 backfill_max_records=defaults.backfill_max_records,
                 unit_discovery_interval_seconds=defaults.unit_discovery_interval_seconds,
+                forget_unit_after_seconds=defaults.forget_unit_after_seconds,
             ),
             # after a reload, the cursor applied in this run (not yet saved) is the newest
             cursor=self.monitor.applied_cursor(host.name) or self._history[host.name].cursor,

@@ -205,6 +205,9 @@ class Monitor:
         traceback_hold_seconds: how long after its end a crash waits for a traceback that is
             still being printed.
         publish_interval_seconds: the longest a busy queue delays a publish.
+        forget_unit_after_seconds: a unit whose last record is this much log time old (its
+            host's, as crashes settle) is forgotten on a tick (0: never): its tracker, series
+            and saved counters go (``unit_forgotten``).
     """
 
     def __init__(
@@ -220,6 +223,7 @@ class Monitor:
         settle_seconds: float = 30.0,
         traceback_hold_seconds: float = 300.0,
         publish_interval_seconds: float = 0.1,
+        forget_unit_after_seconds: float = 0.0,
     ) -> None:
         self._clock = clock
         self._cursors = cursors
@@ -230,6 +234,9 @@ class Monitor:
         self._max_incarnations = max_incarnations
         self._settle_seconds = settle_seconds
         self._traceback_hold_seconds = traceback_hold_seconds
+        self._forget_after = (
+            timedelta(seconds=forget_unit_after_seconds) if forget_unit_after_seconds > 0 else None
+        )
         # a log time this far ahead of the record before waits for a second record to agree
         self._log_jump = timedelta(seconds=max(traceback_hold_seconds, 10 * settle_seconds))
         self._publish_interval = publish_interval_seconds
@@ -422,7 +429,7 @@ class Monitor:
                 host.touched = True
                 host.decorated.clear()
         else:
-            for host in self._hosts.values():
+            for name, host in self._hosts.items():
                 self._recheck_health(host, item.at)
                 if host.backfilling:
                     continue  # late lines of backfilled crashes may still be on their way
@@ -440,6 +447,46 @@ class Monitor:
                         settled = True
                 if settled:
                     host.changed = True
+                if self._forget_after is not None:
+                    self._forget_idle(name, host, log_now)
+
+    def _forget_idle(self, name: str, host: _Host, log_now: datetime) -> None:
+        """Forget the units of ``host`` that logged nothing for ``forget_unit_after_seconds``
+        of its log time (and have no crash left to settle)."""
+        assert self._forget_after is not None
+        for tracker in host.trackers:
+            last = tracker.last_record_at
+            if last is None or log_now - last < self._forget_after:
+                continue
+            if tracker.unsettled_since() is not None:
+                continue
+            unit = tracker.unit
+            host.trackers.remove(tracker.host, unit)
+            for table in (host.growth, host.health, host.start_memory, host.unit_gpu_bytes):
+                table.pop(unit, None)
+            host.restored.pop(unit, None)
+            host.decorated.pop(unit, None)
+            key = (name, unit)
+            for known in (
+                self._previous,
+                self._counted,
+                self._stalled,
+                self._slow,
+                self._ready_seen,
+            ):
+                known.pop(key, None)
+            self._unhealthy.discard(key)
+            if host.saved is not None and unit in host.saved:
+                host.saved = {u: c for u, c in host.saved.items() if u != unit}
+            host.published = None
+            host.touched = True
+            host.changed = True  # the next checkpoint saves the host without it
+            _log.info(
+                "unit_forgotten",
+                host=name,
+                unit=unit,
+                idle_seconds=round((log_now - last).total_seconds()),
+            )
 
     def _move_log_anchor(self, host: _Host, records: Sequence[Record]) -> None:
         """Move the host's log-time anchor on by the batch's last records (see ``_Host``)."""

@@ -23,6 +23,7 @@ from tests.support.daemon import (
     value,
 )
 from tests.support.journal_writer import JournalWriter, LogClock, service_line, unit_started
+from vllm_sentinel.sources.journal import MAX_UNIT_FILTERS
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 
@@ -121,3 +122,30 @@ async def test_a_second_daemon_on_the_same_state_directory_is_refused(
         in lines[0]
     )
     assert holder == str(os.getpid())  # the first daemon still holds it
+
+
+async def test_many_units_are_backfilled_without_unit_filters(
+    journal_writer: JournalWriter, tmp_path: Path
+) -> None:
+    """40 units (over ``MAX_UNIT_FILTERS``): the backfill reads the window unfiltered and every
+    unit's phase is right at the first scrape; an unwatched unit's lines are not counted."""
+    clock = LogClock()
+    names = [f"vllm-m{n}.service" for n in range(40)]
+    entries = []
+    for n, name in enumerate(names):
+        invocation = f"{n + 1:032x}"
+        entries += [
+            unit_started(name, invocation, clock.us(0)),
+            service_line(name, invocation, 7, LOADING, clock.us(1)),
+        ]
+    entries.append(service_line("cron.service", "3" * 32, 9, LOADING, clock.us(1)))
+    journal_writer.write_readable(entries)
+    assert len(names) > MAX_UNIT_FILTERS
+    config = local_config(journal_writer.path.parent, tmp_path / "state")
+    async with running_daemon(config) as daemon:
+        samples = await daemon.wait_for(
+            lambda s: all(current_phase(s, name) == "loading_weights" for name in names),
+            what="every unit backfilled",
+        )
+    units = {dict(labels).get("unit") for (_, labels) in samples} - {None}
+    assert units == set(names)

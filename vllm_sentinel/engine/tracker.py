@@ -209,6 +209,11 @@ class UnitTracker:
         self._incs.counting = value
 
     @property
+    def last_record_at(self) -> datetime | None:
+        """The log time of the last record fed (journal order; ``None`` before any)."""
+        return self._previous_time
+
+    @property
     def starts_total(self) -> int:
         """Incarnations started while counting."""
         return self._incs.starts_total

@@ -65,6 +65,7 @@ from vllm_sentinel.sources.gpu import BackoffWait
 from vllm_sentinel.sources.transport import Transport
 
 __all__ = [
+    "MAX_UNIT_FILTERS",
     "STARTED_MESSAGE_ID",
     "FollowerSettings",
     "HistoryBoundary",
@@ -72,6 +73,7 @@ __all__ = [
     "JournalFollower",
     "build_journalctl_argv",
     "cursor_time",
+    "unit_filter",
 ]
 
 STARTED_MESSAGE_ID = "39f53479d3a045ac8e117862248231bf"
@@ -113,6 +115,7 @@ class FollowerSettings:
     query_timeout_seconds: float = 30.0
     unit_discovery_interval_seconds: float = 30.0
     max_units: int = 1024
+    forget_unit_after_seconds: float = 0.0  # a quiet unit started longer ago is not read (0: all)
 
 
 _FILE_OPTIONS = ("--directory", "-D", "--file", "--root", "--image")
@@ -176,6 +179,19 @@ def build_journalctl_argv(
         argv.append("--output-fields=" + ",".join(fields))
     argv.extend(matches)
     return argv
+
+
+MAX_UNIT_FILTERS = 32
+"""Above this many units a backfill reads its window without unit matches and the Monitor's
+``TrackerSet`` keeps the units' records (docs/reliability.md, "Many units"): journalctl (252)
+turns each ``--unit=`` into four match terms and slows down with their number (1,000 units:
+105 s with ``--unit`` each, 23 s with one match per unit and field, 2.0 s unfiltered for a
+window of 43,000 entries); up to 100 units the filters cost under 0.4 s."""
+
+
+def unit_filter(units: tuple[str, ...]) -> tuple[str, ...]:
+    """The ``--unit`` names a backfill passes: ``units``, or none above ``MAX_UNIT_FILTERS``."""
+    return units if len(units) <= MAX_UNIT_FILTERS else ()
 
 
 def cursor_time(cursor: str) -> datetime | None:
@@ -485,14 +501,16 @@ class JournalFollower:
         settings = self._settings
         now = self._clock().timestamp()
         start = now - settings.backfill_max_age_seconds
+        filtered = unit_filter(units)
         argv = build_journalctl_argv(
-            units,
+            filtered,
             settings.journalctl_args,
             since=start,
-            matches=(f"MESSAGE_ID={STARTED_MESSAGE_ID}",),
+            matches=(f"MESSAGE_ID={STARTED_MESSAGE_ID}", *(() if filtered else ("_PID=1",))),
             output_fields=("UNIT", "USER_UNIT"),
         )
         output = await self._transport.run(argv, settings.query_timeout_seconds)
+        wanted = set(units)
         starts: dict[str, list[float]] = {}
         for line in output.splitlines():
             try:
@@ -501,7 +519,7 @@ class JournalFollower:
                 when = int(entry["__REALTIME_TIMESTAMP"]) / 1e6
             except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
                 continue
-            if isinstance(unit, str):
+            if isinstance(unit, str) and unit in wanted:
                 starts.setdefault(unit, []).append(when)
         keep = settings.backfill_max_invocations
         if not starts or any(len(times) < keep for times in starts.values()):
@@ -532,7 +550,7 @@ class JournalFollower:
             self._backfilled_records = 0
             await self._pump(
                 build_journalctl_argv(
-                    units,
+                    unit_filter(units),
                     settings.journalctl_args,
                     since=start,
                     lines=settings.backfill_max_records,
@@ -575,7 +593,7 @@ class JournalFollower:
         )
         remaining = max(1, settings.backfill_max_records - self._backfilled_records)
         argv = build_journalctl_argv(
-            units,
+            unit_filter(units),
             settings.journalctl_args,
             since=None if use_cursor else start,
             cursor=stored if use_cursor else None,
@@ -602,7 +620,7 @@ class JournalFollower:
                 self._cursor_is_ours = False
                 await self._pump(
                     build_journalctl_argv(
-                        units,
+                        unit_filter(units),
                         settings.journalctl_args,
                         since=start,
                         lines=remaining,
@@ -669,6 +687,24 @@ class JournalFollower:
                 latest = int(orjson.loads(output.split(b"\n", 1)[0])["__REALTIME_TIMESTAMP"]) / 1e6
             except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
                 continue  # never started within the journal's reach
+            forget = settings.forget_unit_after_seconds
+            if forget > 0 and latest < self._clock().timestamp() - forget:
+                last = await self._transport.run(
+                    build_journalctl_argv(
+                        (unit,),
+                        settings.journalctl_args,
+                        until=window_start,
+                        lines=1,
+                        output_fields=("UNIT",),
+                    ),
+                    settings.query_timeout_seconds,
+                )
+                try:
+                    written = int(orjson.loads(last.split(b"\n", 1)[0])["__REALTIME_TIMESTAMP"])
+                except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+                    written = 0
+                if written / 1e6 < self._clock().timestamp() - forget:
+                    continue  # silent for longer than a unit is remembered: not read again
             remaining = settings.backfill_max_records - self._backfilled_records
             if remaining <= 0:
                 return

@@ -68,9 +68,15 @@ def main() -> None:
                 "_PID=1",
                 *(f"UNIT={name}" for name in chosen),
             ]
-            for label, argv in (("--unit per unit", per_unit), ("match per unit and field", by_field)):
+            for label, argv in (
+                ("--unit per unit", per_unit),
+                ("match per unit and field", by_field),
+            ):
                 seconds, count = _time(argv)
-                print(f"{watched:5d} units {label:26} {seconds:8.2f} s  {count:7d} entries", flush=True)
+                print(
+                    f"{watched:5d} units {label:26} {seconds:8.2f} s  {count:7d} entries",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

@@ -36,7 +36,9 @@ FD_LIMIT = 128
 def main() -> None:
     cert, key, state, read_seconds = sys.argv[1:5]
     structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))  # stdout: ours
-    resource.setrlimit(resource.RLIMIT_NOFILE, (FD_LIMIT, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+    resource.setrlimit(
+        resource.RLIMIT_NOFILE, (FD_LIMIT, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
+    )
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert, key)
     users = {USER: bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(4)).decode()}

@@ -68,7 +68,7 @@ from vllm_sentinel.sources.journal import (
     JournalFollower,
 )
 from vllm_sentinel.sources.transport import LocalTransport, SshSettings, SshTransport, Transport
-from vllm_sentinel.state.cursor_store import CursorStore, HostState
+from vllm_sentinel.state.cursor_store import CursorStore, HostState, lock_name
 from vllm_sentinel.state.history_store import HistoryStore
 
 __all__ = [
@@ -298,7 +298,7 @@ class Daemon:
             ConfigError: the exporter's web config or TLS files cannot be used.
         """
         self._cursors.check_writable()
-        self._cursors.lock()  # one daemon per state directory
+        self._cursors.lock(lock_name(self.config.shard))  # one daemon per directory and shard
         try:
             return await self._serve()
         finally:

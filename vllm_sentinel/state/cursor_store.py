@@ -60,6 +60,7 @@ __all__ = [
     "HostState",
     "decode_host",
     "encode_host",
+    "lock_name",
 ]
 
 FAILURE_LOG_INTERVAL_SECONDS = 60.0
@@ -67,6 +68,16 @@ FAILURE_LOG_INTERVAL_SECONDS = 60.0
 
 LOCK_FILE = "lock"
 """The file in the state directory a running daemon holds an exclusive ``flock`` on."""
+
+
+def lock_name(shard: str) -> str:
+    """The lock file of an instance: ``lock``, or ``lock.shard-I-of-N`` for shard ``I/N``
+    (shards watch disjoint hosts, so they may share a state directory)."""
+    if shard == "1/1":
+        return LOCK_FILE
+    index, _, count = shard.partition("/")
+    return f"{LOCK_FILE}.shard-{index}-of-{count}"
+
 
 _STATE = "state="
 _LEGACY_UNSETTLED = "unsettled_since="
@@ -202,17 +213,18 @@ class CursorStore:
         legacy = self.directory / f"{host}{_SUFFIX}"
         return legacy if legacy != self.path(host) else None
 
-    def lock(self) -> None:
-        """Take the state directory for this process: an exclusive ``flock`` on its ``lock``
-        file (holding this PID), kept until ``unlock`` or the process ends (the kernel drops
-        it, even after SIGKILL). Two daemons on one directory would overwrite each other's
-        cursors and counters.
+    def lock(self, name: str = LOCK_FILE) -> None:
+        """Take the state directory for this process: an exclusive ``flock`` on its lock
+        file ``name`` (holding this PID), kept until ``unlock`` or the process ends (the kernel
+        drops it, even after SIGKILL). Two daemons watching the same hosts from one directory
+        would overwrite each other's cursors and counters; shards of one fleet (disjoint hosts)
+        each lock their own file (``lock_name``).
 
         Raises:
             StateDirectoryError: another process holds it (the message names its PID), or the
                 lock file cannot be opened.
         """
-        path = self.directory / LOCK_FILE
+        path = self.directory / name
         try:
             descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except OSError as error:

@@ -226,7 +226,9 @@ class CursorStore:
         """
         path = self.directory / name
         try:
-            descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            # 0600: a user who can open the file (even read-only) could flock it, keeping the
+            # daemon from starting
+            descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         except OSError as error:
             raise StateDirectoryError(
                 f"cannot open {path}: {(error.strerror or str(error)).lower()}"

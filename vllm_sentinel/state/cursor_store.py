@@ -63,6 +63,7 @@ __all__ = [
     "lock_name",
 ]
 
+
 FAILURE_LOG_INTERVAL_SECONDS = 60.0
 """``cursor_save_failed`` is logged at most this often while writes keep failing."""
 
@@ -278,10 +279,7 @@ class CursorStore:
                 os.unlink(name)
         except OSError as error:
             reason = (error.strerror or str(error)).lower()
-            raise StateDirectoryError(
-                f"state directory {self.directory}: cannot write there: {reason} (set "
-                "defaults.state_directory to a writable directory)"
-            ) from None
+            raise StateDirectoryError.unwritable(self.directory, reason) from None
 
     # --- loading -------------------------------------------------------------------------
 

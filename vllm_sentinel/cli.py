@@ -304,6 +304,7 @@ def replay_command(
     from datetime import UTC, datetime
 
     from vllm_sentinel.engine.report import render_text, to_json
+    from vllm_sentinel.engine.terminal_text import json_for_terminal, printable
     from vllm_sentinel.replay import InputFormat, replay
     from vllm_sentinel.sources.replay_input import InputError, read_input
 
@@ -329,17 +330,17 @@ def replay_command(
         document = to_json(result.units)
         document["skipped"] = dict(result.skipped)
         document["warnings"] = list(result.warnings)
-        click.echo(orjson.dumps(document, option=orjson.OPT_INDENT_2))
+        click.echo(json_for_terminal(orjson.dumps(document, option=orjson.OPT_INDENT_2)))
     else:
         from vllm_sentinel.serve.runbook import installed_runbook
 
         text = render_text(result.units, width=_terminal_width(), runbook=installed_runbook())
-        click.echo(text, nl=False)
+        click.echo(printable(text), nl=False)
         if result.skipped:
             detail = ", ".join(f"{k}={v}" for k, v in sorted(result.skipped.items()))
-            click.echo(f"skipped input: {detail}")
+            click.echo(printable(f"skipped input: {detail}"))
     for warning in result.warnings:
-        click.echo(f"vllm-sentinel: warning: {warning}", err=True)
+        click.echo(printable(f"vllm-sentinel: warning: {warning}"), err=True)
 
 
 def _terminal_width() -> int | None:
@@ -816,15 +817,16 @@ def status_command(url: str | None, cacert: str | None, user: str | None, as_jso
     import orjson
 
     from vllm_sentinel.engine.report import render_status
+    from vllm_sentinel.engine.terminal_text import json_for_terminal, printable
 
     if url is None:
         path = _installed_config(readable_only=True)
         url = _config_url(path) if path is not None else _DEFAULT_STATUS_URL
     document = fetch_status(url, cacert=cacert, user=user)
     if as_json:
-        click.echo(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode())
+        click.echo(json_for_terminal(orjson.dumps(document, option=orjson.OPT_INDENT_2)).decode())
         return
-    click.echo(render_status(document, runbook=url.rstrip("/") + "/runbook"), nl=False)
+    click.echo(printable(render_status(document, runbook=url.rstrip("/") + "/runbook")), nl=False)
 
 
 WATCH_EXIT_STATUSES = (

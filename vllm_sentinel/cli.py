@@ -36,6 +36,7 @@ __all__ = [
     "INPUT_FORMATS",
     "PASSWORD_ENV",
     "WATCH_EXIT_STATUSES",
+    "cli",
     "fetch_status",
     "main",
 ]

@@ -17,7 +17,7 @@ message fragments of its C++ (``strings`` of ``libc10*.so``/``libtorch_cuda.so``
 allocator's OOM, ``CUDA driver error``, ``torch.AcceleratorError``), the CUDA runtime's error
 strings (``libcudart.so``), NCCL's (``libnccl.so``), HIP's error names (hip-python's
 bindings), huggingface_hub's exception classes (``errors.py``), Ray's, FlashInfer's and
-Triton's raises.
+Triton's raises, and transformers' (the model's config, files and tokenizer).
 
 The cause column is decided in this order: ``OVERRIDES`` (reviewed by hand, each with its
 reason), then the project's own vocabulary (``causes.CAUSE_RULES``) over the template text, then
@@ -160,6 +160,16 @@ OVERRIDES: tuple[Override, ...] = (
         "kv_cache_utils/kv_cache_planning/worker: the KV cache cannot hold one max-length sequence",
     ),
     Override(
+        r"^Unrecognized (?:configuration class|model identifier)",
+        C.UNSUPPORTED_MODEL,
+        "transformers' Auto classes: the installed transformers does not know this model type",
+    ),
+    Override(
+        r"^This tokenizer cannot be instantiated\. Please make sure you have `sentencepiece`",
+        C.IMPORT_ERROR,
+        "transformers tokenization_auto: the slow tokenizer's package is not installed",
+    ),
+    Override(
         r"^Free memory on device",
         C.GPU_MEMORY_IN_USE,
         "gpu_worker.py: less free memory at start than gpu_memory_utilization asks",
@@ -226,6 +236,13 @@ LOCATION_DEFAULTS: tuple[tuple[str, str, CrashCause, str], ...] = (
         r"LocalEntryNotFound|HFValidation|OfflineModeIsEnabled",
         C.MODEL_NOT_FOUND,
         "huggingface_hub: the repository, revision or file cannot be reached",
+    ),
+    (
+        r"^transformers:transformers/(?:utils/hub|configuration_utils|tokenization_utils_base"
+        r"|dynamic_module_utils)\.py$",
+        r"OSError|EnvironmentError|FileNotFoundError",
+        C.MODEL_NOT_FOUND,
+        "transformers cannot find or read the model's files (hub, config, tokenizer)",
     ),
     (r"^triton:.*(?:compiler|language|backends)/", r".*", C.COMPILE_ERROR, "Triton's compiler"),
     (
@@ -713,6 +730,14 @@ def main() -> int:
     sites += nccl(libs)
     sites += hip(libs)
     sites += huggingface_hub(libs)
+    sites += library_python(
+        libs,
+        "transformers",
+        "transformers",
+        "transformers",
+        r"transformers/(?:utils/hub|configuration_utils|tokenization_utils_base|dynamic_module_utils"
+        r"|models/auto/(?:configuration_auto|auto_factory|tokenization_auto))\.py$",
+    )
     sites += library_python(libs, "ray", "ray", "ray", r"ray/(?:exceptions|_private/worker)\.py$")
     sites += exception_classes(libs, "ray", "ray", "ray/exceptions.py")
     sites += library_python(

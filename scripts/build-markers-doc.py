@@ -57,7 +57,7 @@ libraries; nothing is copied but the message texts):
 pip download vllm==0.33.0 --no-deps --only-binary=:all: -d /work/cache/vllm-wheels   # each release
 pip download --no-deps -d /work/cache/libs torch==2.9.0 nvidia-cuda-runtime-cu12==12.8.90 \\
     nvidia-nccl-cu12==2.27.5 hip-python-fork==6.3.3.540.31.1 huggingface_hub==0.35.3 \\
-    ray==2.49.2 flashinfer-python==0.6.8 triton==3.5.0
+    ray==2.49.2 flashinfer-python==0.6.8 triton==3.5.0 transformers==4.57.1
 PYTHONPATH=. python scripts/build-failure-catalog.py   # then scripts/build-markers-doc.py
 ```
 

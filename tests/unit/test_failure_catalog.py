@@ -187,11 +187,22 @@ class TestCausesFromTheCatalog:
 
     def test_a_cuda_runtime_string_behind_a_wrapper_names_the_cause(self) -> None:
         """``CUDA driver error: {}`` takes the cause of the driver's own reason."""
-        assert (
-            catalog_cause(
-                "RuntimeError", "CUDA driver error: an illegal memory access was encountered"
-            )
-            is CrashCause.CUDA_ILLEGAL_MEMORY_ACCESS
+        message = "CUDA driver error: an illegal memory access was encountered"
+        assert catalog_cause("RuntimeError", message) == (
+            CrashCause.CUDA_ILLEGAL_MEMORY_ACCESS,
+            False,
+        )
+
+    def test_a_location_default_yields_to_the_words(self) -> None:
+        """A row whose cause is only where it is raised gives way to a cause its words name."""
+        rows = load_rows(
+            _HEADER + "config_error\traise\tValueError\tvllm\tvllm/config/x.py:f\t0.33.0\t0\t1\t"
+            "Failed to set up the thing: {}\tlocation: test\n"
+        )
+        catalog = FailureCatalog(rows)
+        assert catalog_cause("ValueError", "Failed to set up the thing: 3", None, catalog) == (
+            CrashCause.CONFIG_ERROR,
+            True,
         )
 
     def test_an_unknown_message_stays_unknown(self) -> None:

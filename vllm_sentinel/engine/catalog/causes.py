@@ -343,6 +343,7 @@ _REQUEST: Final = re.compile("|".join(f"(?:{p})" for p in REQUEST_ERROR_PATTERNS
 # out of memory…" inside torch._inductor's InductorError)
 _NESTED: Final = re.compile(r"((?:\w+\.){0,6}\w*(?:Error|Exception))(?:\(\w*\))?: (.+)", re.S)
 _MAX_DEPTH: Final = 2
+_LOCATION_DEFAULT: Final = "location:"  # a row's ``why`` when its cause is where it is raised
 
 
 def catalog_cause(
@@ -350,9 +351,8 @@ def catalog_cause(
     message: str,
     frame: str | None = None,
     catalog: FailureCatalog = CATALOG,
-    depth: int = 0,
-) -> CrashCause:
-    """The cause the failure catalog gives an exception, or ``UNKNOWN`` when it gives none.
+) -> tuple[CrashCause, bool]:
+    """The cause the failure catalog gives an exception, and whether it is only a default.
 
     Args:
         exception: the class as printed (``""`` for a log line).
@@ -361,30 +361,40 @@ def catalog_cause(
             names the cause of a message too cut to match when every row raised there means
             one cause.
         catalog: the compiled catalog (``failures.CATALOG``).
-        depth: how deep in nested messages this call is (bounded).
+
+    Returns:
+        ``(cause, is_default)``: ``UNKNOWN`` when the catalog names none; ``is_default`` when
+        the cause comes only from where the message is raised (a row's location default, or
+        the raising frame), so that the message's own words, when they name a cause, win.
     """
+    return _catalog_cause(exception, message, frame, catalog, 0)
+
+
+def _catalog_cause(
+    exception: str, message: str, frame: str | None, catalog: FailureCatalog, depth: int
+) -> tuple[CrashCause, bool]:
     site = site_of(frame) if frame else None
     found = catalog.match(message, exception, site)
     if found is not None:
         if found.tail and depth < _MAX_DEPTH:
             inner = _text_cause("", found.tail, catalog, depth + 1)
             if inner is not CrashCause.UNKNOWN:
-                return inner  # "CUDA driver error: out of memory": the inner message says it
-        return CrashCause(found.row.cause)
+                return inner, False  # "CUDA driver error: out of memory": the inner message
+        return CrashCause(found.row.cause), found.row.why.startswith(_LOCATION_DEFAULT)
     nested = _NESTED.match(message)
     if nested is not None and depth < _MAX_DEPTH:
         inner = _text_cause(nested.group(1), nested.group(2), catalog, depth + 1)
         if inner is not CrashCause.UNKNOWN:
-            return inner
+            return inner, False
     if exception:
         by_class = catalog.class_cause(exception)
         if by_class is not None:
-            return CrashCause(by_class)
+            return CrashCause(by_class), False
     if site is not None and exception:
         at_site = catalog.cause_at(site, exception)
         if at_site is not None:
-            return CrashCause(at_site)
-    return CrashCause.UNKNOWN
+            return CrashCause(at_site), True
+    return CrashCause.UNKNOWN, False
 
 
 def bare_raise_cause(line: str, catalog: FailureCatalog = CATALOG) -> CrashCause | None:
@@ -401,14 +411,14 @@ def bare_raise_cause(line: str, catalog: FailureCatalog = CATALOG) -> CrashCause
 
 def _text_cause(exception: str, message: str, catalog: FailureCatalog, depth: int) -> CrashCause:
     """A nested message's cause: the catalog's, else the words' (``CAUSE_RULES``)."""
-    cause = catalog_cause(exception, message, None, catalog, depth)
-    if cause is not CrashCause.UNKNOWN:
+    cause, is_default = _catalog_cause(exception, message, None, catalog, depth)
+    if cause is not CrashCause.UNKNOWN and not is_default:
         return cause
     text = f"{exception}: {message}" if exception else message
     for candidate, pattern in _RULES:
         if pattern.search(text):
             return candidate
-    return CrashCause.UNKNOWN
+    return cause
 
 
 def classify_exception(
@@ -423,15 +433,15 @@ def classify_exception(
             where it was raised names the cause when its words do not (``FRAME_RULES``).
 
     The failure catalog's row decides first (``catalog_cause``), then ``CAUSE_RULES``, then
-    ``FRAME_RULES``.
+    ``FRAME_RULES``; a row whose cause is only its location's default yields to the words.
 
     Returns:
         ``(cause, kind)``; an exception that matches no rule is ``(UNKNOWN, REAL)``: a real
         failure of a kind the table does not know yet.
     """
     text = f"{exception}: {message}" if exception else message
-    cause = catalog_cause(exception, message, frame)
-    if cause is CrashCause.UNKNOWN:
+    cause, is_default = catalog_cause(exception, message, frame)
+    if cause is CrashCause.UNKNOWN or is_default:
         for candidate, pattern in _RULES:
             if pattern.search(text):
                 cause = candidate

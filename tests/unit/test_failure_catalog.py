@@ -163,14 +163,15 @@ class TestCausesFromTheCatalog:
     @pytest.mark.parametrize(
         ("exception", "message", "cause"),
         [
-            # issue 19's examples (labelled logs of the fresh sets)
+            # issue 19's examples (labelled logs of the fresh sets); the driver's OOM text is
+            # also reported in deepmodeling/deepmd-kit#3857 (torch's c10 driver API check)
             ("RuntimeError", "CUDA driver error: out of memory", CrashCause.CUDA_OOM),
             (
                 "ValueError",
                 "To serve at least one request with the model's max seq len (…), (4.26 GiB KV cach",
                 CrashCause.KV_CACHE_INSUFFICIENT,
             ),
-            (
+            (  # issue 19; the allocator's ROCm text as in gpustack/gpustack#4963 (vLLM 0.17.1)
                 "torch._inductor.exc.InductorError",
                 "OutOfMemoryError: HIP out of memory. Tried to allocate 192.00 GiB. GPU 0 has a "
                 "total capacity of 31.98 GiB of which 31.79 GiB is free.",

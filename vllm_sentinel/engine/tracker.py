@@ -37,6 +37,7 @@ from vllm_sentinel.engine.catalog.causes import (
     CrashCause,
     Evidence,
     EvidenceKind,
+    bare_raise_cause,
     classify_exception,
     is_engine_dead,
     is_request_error,
@@ -475,6 +476,8 @@ class UnitTracker:
             failure = classify_failure_line(body)
             if failure is not None:
                 self._on_failure_line(incarnation, failure, time)
+            elif incarnation.phase in _STARTUP:
+                self._on_bare_raise(incarnation, body, time)
         if level in _ERROR_LEVELS and not consumed:
             if self._benign.matches(body):
                 incarnation.benign_errors += 1
@@ -829,6 +832,20 @@ class UnitTracker:
             crashes.end(incarnation, Outcome.CRASHED, time)
         elif row.effect is Effect.FATAL:
             incarnation.mark_fatal()
+
+    # --- issue 19, mechanism 3: a fatal message without its exception class ------------------
+
+    def _on_bare_raise(self, incarnation: Incarnation, body: str, time: datetime | None) -> None:
+        """A bare line during startup that only a ``raise`` in vLLM prints (the failure
+        catalog's raise-only templates, ``causes.bare_raise_cause``): a paste that kept the
+        message and lost its class and traceback. It is the failure that ends the start."""
+        if incarnation.stop_requested:
+            return
+        cause = bare_raise_cause(body)
+        if cause is None:
+            return
+        self._crashes.add_evidence(incarnation, cause, EvidenceKind.REAL, "", body, time)
+        incarnation.mark_fatal()
 
     def _stop_requested(self, incarnation: Incarnation, time: datetime | None) -> None:
         """The process was asked to stop (a signal, Ctrl-C): what follows is no crash."""

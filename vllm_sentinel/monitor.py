@@ -36,7 +36,13 @@ from vllm_sentinel.engine.catalog.causes import DEFAULT_BENIGN_PATTERNS, BenignM
 from vllm_sentinel.engine.catalog.markers import MarkerMatcher
 from vllm_sentinel.engine.catalog.phases import STARTUP_PHASES, Outcome, Phase
 from vllm_sentinel.engine.counters import UnitCounters
-from vllm_sentinel.engine.eta import estimate_ready, same_model, startup_record, usual_phase_seconds
+from vllm_sentinel.engine.eta import (
+    estimate_ready,
+    same_model,
+    startup_record,
+    usual_phase_seconds,
+    will_time_out,
+)
 from vllm_sentinel.engine.health import (
     HealthProbeResult,
     HealthTracker,
@@ -47,6 +53,7 @@ from vllm_sentinel.engine.health import (
 )
 from vllm_sentinel.engine.hints import hint_context, hint_for
 from vllm_sentinel.engine.report import iso_utc
+from vllm_sentinel.engine.runtime_modes import watchdog_stalled
 from vllm_sentinel.engine.snapshot import (
     CollectorState,
     GpuDevice,
@@ -623,8 +630,12 @@ class Monitor:
             now,
             plan.stall_thresholds,
         )
+        watchdog = watchdog_stalled(current)  # vLLM's watchdog dumped the stack (vllm2026)
+        stalled = stalled or watchdog
         records = self.history.records(plan.name, unit.unit)
-        usual = usual_phase_seconds(same_model(records, current.model), current.phase)
+        usual = usual_phase_seconds(
+            same_model(records, current.model, current.modes.startup_kind), current.phase
+        )
         slow = not stalled and is_slow(
             current.phase,
             current.phase_entered_at,
@@ -636,8 +647,15 @@ class Monitor:
         estimate = None if stalled else estimate_ready(current, records, now)
         eta = estimate.eta_seconds if estimate is not None else None
         overdue = estimate.overdue_seconds if estimate is not None else None
+        expected = estimate.expected_ready_at if estimate is not None and eta is not None else None
+        times_out, timeout, remaining = will_time_out(current, expected, now)
+        reason = ("vllm_watchdog" if watchdog else "no_progress") if stalled else None
         if (
-            stalled == unit.stalled
+            times_out == unit.will_time_out
+            and timeout == unit.ready_timeout_seconds
+            and remaining == unit.ready_timeout_remaining_seconds
+            and reason == unit.stall_reason
+            and stalled == unit.stalled
             and slow == unit.slow
             and usual == unit.usual_phase_seconds
             and eta == unit.eta_seconds
@@ -656,6 +674,10 @@ class Monitor:
             ),
             eta_basis=estimate.basis if estimate is not None else None,
             eta_overdue_seconds=overdue,
+            stall_reason=reason,
+            will_time_out=times_out,
+            ready_timeout_seconds=timeout,
+            ready_timeout_remaining_seconds=remaining,
         )
 
     def _decorate(self, host: _Host, unit: UnitSnapshot, now: datetime) -> UnitSnapshot:

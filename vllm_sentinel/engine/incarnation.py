@@ -33,6 +33,7 @@ from vllm_sentinel.engine.snapshot import (
     PhaseEntry,
     Progress,
     ProgressBar,
+    RuntimeModes,
 )
 
 __all__ = [
@@ -119,6 +120,7 @@ class Incarnation:
     progress: Progress = field(default_factory=Progress)  # figures, last tqdm bar (replaced)
     start_seen: bool = False  # systemd's Starting/Started or vLLM's banner was read
     bar_origin: datetime | None = None  # when the last bar started, by tqdm's own clock
+    modes: RuntimeModes = field(default_factory=RuntimeModes)  # runtime_modes (vllm2026)
 
     @property
     def ended(self) -> bool:
@@ -153,6 +155,17 @@ class Incarnation:
                 self.fatal_pending = False  # it became ready after the error: survived
                 self.fatal_phase = None
         return previous
+
+    def wake(self, time: datetime | None) -> bool:
+        """Leave ``sleeping`` for ``ready`` at ``time`` (the one move back: a whole wake-up,
+        ``runtime_modes``); False when it is not sleeping."""
+        if self.ended or self.phase is not Phase.SLEEPING:
+            return False
+        self.phase = Phase.READY
+        self.timeline.append(
+            PhaseEntry(Phase.READY, not_before(time, self.timeline[-1].entered_at))
+        )
+        return True
 
     def mark_fatal(self, *, proven: bool = True, final: bool = False) -> None:
         """A failure was seen that the process's exit must confirm (the first one counts).
@@ -227,6 +240,7 @@ class Incarnation:
             api_url=self.api_url,
             progress=self.progress,
             start_seen=self.start_seen,
+            modes=self.modes,
         )
 
 

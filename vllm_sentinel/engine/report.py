@@ -57,6 +57,12 @@ from vllm_sentinel.engine.eta import (
     startup_record,
 )
 from vllm_sentinel.engine.hints import HintContext, explain_benign, hint_context, hint_for
+from vllm_sentinel.engine.modes_report import (  # vLLM 2026 modes (vllm2026)
+    mode_lines,
+    modes_status_lines,
+    modes_to_json,
+    unit_modes_to_json,
+)
 from vllm_sentinel.engine.snapshot import (
     CollectorState,
     CrashInfo,
@@ -314,6 +320,7 @@ def _incarnation(
             "engine_init_seconds": progress.engine_init_seconds,
         },
         "startup": _comparison(comparison),
+        "modes": modes_to_json(item),  # modes_report (vllm2026)
     }
 
 
@@ -361,6 +368,7 @@ def unit_to_json(
         "expected_ready_at": iso_utc(unit.expected_ready_at),
         "eta_basis": unit.eta_basis.value if unit.eta_basis is not None else None,
         "eta_overdue_seconds": unit.eta_overdue_seconds,
+        **unit_modes_to_json(unit),  # modes_report (vllm2026)
     }
     if now is not None:
         since = now - _DAY
@@ -425,6 +433,8 @@ def verdict(
         since = " (the log ends here)" if ended else f" for {format_duration(seconds)}"
     if item.outcome is Outcome.READY and item.phase is Phase.READY:
         return f"ready{since}"
+    if item.phase is Phase.SLEEPING:  # vLLM sleep mode (vllm2026)
+        return f"sleeping{since}: ready, its GPU memory freed until it is woken"
     if item.phase is Phase.STOPPING:
         return f"stopping{since}"
     ratio = item.progress.weights_loaded_ratio
@@ -549,6 +559,8 @@ def render_text(
                 )
             if comparison is not None:
                 out.append(_startup_line(comparison, unit.incarnations[: number - 1]))
+            for line in mode_lines(item):  # modes_report (vllm2026)
+                out += _wrapped(line, width)
             if item.benign_errors:
                 out.append(f"    benign errors: {item.benign_errors} (discounted, not a cause)")
                 for line in item.benign_lines:
@@ -723,4 +735,6 @@ def render_status(document: Mapping[str, Any]) -> str:
         )
         if eta:
             out.append(f"{'':<16} eta: {eta}")
+        for line in modes_status_lines(unit):  # modes_report (vllm2026)
+            out.append(f"{'':<16} {line}")
     return "\n".join(out) + "\n"

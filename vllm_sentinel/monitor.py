@@ -51,7 +51,12 @@ from vllm_sentinel.engine.health import (
     is_probed,
     with_probe_readiness,
 )
-from vllm_sentinel.engine.hints import hint_context, hint_for
+from vllm_sentinel.engine.hints import (
+    hint_context,
+    hint_for,
+    weight_cache_units,
+    without_weight_caches,
+)
 from vllm_sentinel.engine.report import iso_utc
 from vllm_sentinel.engine.runtime_modes import watchdog_stalled
 from vllm_sentinel.engine.snapshot import (
@@ -482,8 +487,11 @@ class Monitor:
             or usage != host.unit_gpu_bytes
             or placed != host.gpu_processes
         )
+        # what a weight-cache daemon holds is no other process's fault at a start (vllm2026)
+        daemons = weight_cache_units(tracker.snapshot() for tracker in trackers)
+        others = tuple(usage for usage in placed if usage.unit not in daemons)
         for tracker in trackers:
-            changed = self._watch_start(host, tracker, placed, usage[tracker.unit]) or changed
+            changed = self._watch_start(host, tracker, others, usage[tracker.unit]) or changed
         for unit, per_gpu in usage.items():
             growth = host.growth.get(unit)
             if growth is None:
@@ -756,7 +764,8 @@ class Monitor:
                 new = unit.counted_crashes[-(counted - before) :] if counted > before else ()
                 for index, crash in enumerate(new):
                     # logged once the root cause is settled (late lines included), as counted
-                    hint = hint_for(crash, hint_context(unit, host.gpu_processes, host.gpus))
+                    processes = without_weight_caches(host.gpu_processes, host.units)
+                    hint = hint_for(crash, hint_context(unit, processes, host.gpus))
                     _log.warning(
                         "unit_crashed",
                         host=host.host,

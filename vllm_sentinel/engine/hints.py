@@ -25,7 +25,7 @@ that hold GPU memory when the GPU collector knows them. Every hint links its run
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from types import MappingProxyType
@@ -56,6 +56,8 @@ __all__ = [
     "hint_context",
     "hint_for",
     "runbook_anchor",
+    "weight_cache_units",
+    "without_weight_caches",
 ]
 
 RUNBOOK_PATH = "docs/runbook.md"
@@ -112,6 +114,29 @@ class HintContext:
     gpu_total_bytes: Mapping[int, int] = field(default_factory=dict)
     recovered: frozenset[CrashInfo] = frozenset()
     local_times: bool = False
+
+
+def weight_cache_units(units: Iterable[UnitSnapshot]) -> frozenset[str]:
+    """The units whose current incarnation is a weight-cache daemon (``vllm preload``,
+    ``RuntimeModes.role``): they hold model weights for serve units on purpose."""
+    return frozenset(
+        unit.unit
+        for unit in units
+        if unit.current is not None
+        and unit.current.ended_at is None
+        and unit.current.modes.role == "weight_cache"
+    )
+
+
+def without_weight_caches(
+    processes: Iterable[GpuProcessUsage], units: Iterable[UnitSnapshot]
+) -> tuple[GpuProcessUsage, ...]:
+    """``processes`` less those of weight-cache daemons (``weight_cache_units``): their memory
+    is the weights serve units map, never "another process holding the GPU" in a hint."""
+    daemons = weight_cache_units(units)
+    if not daemons:
+        return tuple(processes)
+    return tuple(usage for usage in processes if usage.unit not in daemons)
 
 
 def hint_context(

@@ -33,6 +33,7 @@ from vllm_sentinel.engine.runtime_modes import (
 from vllm_sentinel.engine.snapshot import IncarnationSnapshot, UnitSnapshot
 
 __all__ = [
+    "mode_facts",
     "mode_lines",
     "modes_status_lines",
     "modes_to_json",
@@ -161,5 +162,31 @@ def modes_status_lines(unit: Mapping[str, Any]) -> list[str]:
         out.append(
             f"will time out: the ETA is past VLLM_ENGINE_READY_TIMEOUT_S="
             f"{unit.get('ready_timeout_seconds')} ({left} left): raise it"
+        )
+    return out
+
+
+def mode_facts(unit: Mapping[str, Any]) -> list[str]:
+    """Short facts of a ``/status`` unit document for the status page's progress cell."""
+    out: list[str] = []
+    incarnations = unit.get("incarnations") or [{}]
+    modes = incarnations[-1].get("modes") or {}
+    if unit.get("sleeping_since"):
+        freed, kept = modes.get("sleep_freed_bytes"), modes.get("sleep_kept_bytes")
+        out.append(f"asleep: freed {_gib(freed)}, {_gib(kept)} kept")
+    if modes.get("role") == ROLE_WEIGHT_CACHE:
+        held = modes.get("weight_cache_bytes")
+        out.append("serving weights" + (f" ({_gib(held)})" if held else ""))
+    if modes.get("startup_kind") == STARTUP_WEIGHT_CACHE:
+        out.append("weights mapped from the weight cache")
+    elif modes.get("startup_kind") == STARTUP_PLAN:
+        out.append("startup plan: profiling skipped")
+    if unit.get("stall_reason") == "vllm_watchdog" and unit.get("watchdog_dump_path"):
+        out.append(f"vLLM watchdog stack dump: {unit['watchdog_dump_path']}")
+    if unit.get("will_time_out"):
+        timeout = unit.get("ready_timeout_seconds")
+        out.append(
+            "past VLLM_ENGINE_READY_TIMEOUT_S"
+            + (f"={timeout:.0f}" if isinstance(timeout, int | float) else "")
         )
     return out

@@ -56,7 +56,13 @@ from vllm_sentinel.engine.eta import (
     remember,
     startup_record,
 )
-from vllm_sentinel.engine.hints import HintContext, explain_benign, hint_context, hint_for
+from vllm_sentinel.engine.hints import (
+    HintContext,
+    explain_benign,
+    hint_context,
+    hint_for,
+    without_weight_caches,
+)
 from vllm_sentinel.engine.modes_report import (  # vLLM 2026 modes (vllm2026)
     mode_lines,
     modes_status_lines,
@@ -620,7 +626,11 @@ def status_document(snapshot: Snapshot) -> dict[str, Any]:
         "units": [
             {
                 **unit_to_json(
-                    unit, hint_context(unit, host.gpu_processes, host.gpus), snapshot.at
+                    unit,
+                    hint_context(  # weight-cache daemons' memory is no one's fault (vllm2026)
+                        unit, without_weight_caches(host.gpu_processes, host.units), host.gpus
+                    ),
+                    snapshot.at,
                 ),
                 "gpu_memory_used_bytes": dict(unit.gpu_memory_used_bytes),
                 "unhealthy": unit.health is not None and unit.health.unhealthy,

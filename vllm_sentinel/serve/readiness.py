@@ -58,7 +58,7 @@ from types import MappingProxyType
 from typing import Any
 
 from vllm_sentinel.engine.catalog.phases import Outcome, Phase
-from vllm_sentinel.engine.hints import hint_context
+from vllm_sentinel.engine.hints import hint_context, without_weight_caches
 from vllm_sentinel.engine.report import (
     crash_to_json,
     eta_is_lower_bound,
@@ -313,7 +313,7 @@ def units_document(snapshot: Snapshot) -> dict[str, Any]:
                 unit,
                 snapshot.at,
                 state_known=_is_known(host),
-                gpu_processes=host.gpu_processes,
+                gpu_processes=without_weight_caches(host.gpu_processes, host.units),
                 gpus=host.gpus,
             )
             for host in snapshot.hosts
@@ -333,7 +333,7 @@ def find_unit(snapshot: Snapshot, host: str, unit: str) -> dict[str, Any] | None
                     item,
                     snapshot.at,
                     state_known=_is_known(entry),
-                    gpu_processes=entry.gpu_processes,
+                    gpu_processes=without_weight_caches(entry.gpu_processes, entry.units),
                     gpus=entry.gpus,
                 )
     return None

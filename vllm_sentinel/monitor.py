@@ -656,7 +656,9 @@ class Monitor:
         eta = estimate.eta_seconds if estimate is not None else None
         overdue = estimate.overdue_seconds if estimate is not None else None
         expected = estimate.expected_ready_at if estimate is not None and eta is not None else None
-        times_out, timeout, remaining = will_time_out(current, expected, now)
+        times_out, timeout, remaining = will_time_out(
+            current, expected, now, unit.ready_timeout_seconds
+        )
         reason = ("vllm_watchdog" if watchdog else "no_progress") if stalled else None
         if (
             times_out == unit.will_time_out

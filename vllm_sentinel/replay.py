@@ -95,7 +95,9 @@ def judge_at_end(unit: UnitSnapshot) -> UnitSnapshot:
         if estimate is not None and estimate.eta_seconds is not None
         else None
     )
-    times_out, timeout, remaining = will_time_out(current, expected, now)
+    times_out, timeout, remaining = will_time_out(
+        current, expected, now, unit.ready_timeout_seconds
+    )
     if estimate is None and usual is None:
         return unit
     return replace(

@@ -336,8 +336,8 @@ def modes_snapshot() -> Snapshot:
     dumped = _with_modes(
         dumped,
         RuntimeModes(
-            watchdog_dump_path="/var/tmp/vllm-watchdog/engine_0_2817.txt",
-            watchdog_reason="timeout",
+            watchdog_dump_path="/var/tmp/vllm-watchdog/VLLM_STACK_DUMP_for_engine_0_2817.log",
+            watchdog_reason="feed timeout",
             watchdog_dumped_at=at(1700),
         ),
     )

@@ -365,12 +365,16 @@ def compare_startup(
 
 
 def will_time_out(
-    incarnation: IncarnationSnapshot, expected_ready_at: datetime | None, now: datetime
+    incarnation: IncarnationSnapshot,
+    expected_ready_at: datetime | None,
+    now: datetime,
+    unit_timeout: float | None = None,
 ) -> tuple[bool, float, float | None]:
     """Whether the start will outlast vLLM's engine ready timeout, by its ETA.
 
-    vLLM's front end waits ``VLLM_ENGINE_READY_TIMEOUT_S`` (600 s unless the unit's lines show
-    another value: ``runtime_modes.read_ready_timeout``) for its engine cores to report ready,
+    vLLM's front end waits ``VLLM_ENGINE_READY_TIMEOUT_S`` (600 s unless the incarnation's
+    lines, or else the unit's earlier ones, show another value:
+    ``runtime_modes.read_ready_timeout``) for its engine cores to report ready,
     then raises ``TimeoutError: Timed out waiting for engine core processes to start``
     (vllm/v1/engine/core_client.py, 0.17.1–0.33.0). The wait is counted here from the
     incarnation's start, a little early (the front end starts waiting a few seconds later).
@@ -379,13 +383,16 @@ def will_time_out(
         incarnation: the unit's current incarnation.
         expected_ready_at: when the ETA says it will be ready (``None``: no estimate).
         now: the time of the verdict (UTC).
+        unit_timeout: the timeout the unit's lines showed last (any incarnation), if any.
 
     Returns:
         (will time out, the timeout in seconds, seconds left before it runs out or ``None``
         when it does not apply: not starting, the engine already ready, a weight-cache
         daemon, no start time).
     """
-    timeout = incarnation.modes.ready_timeout_seconds or DEFAULT_READY_TIMEOUT_SECONDS
+    timeout = (
+        incarnation.modes.ready_timeout_seconds or unit_timeout or DEFAULT_READY_TIMEOUT_SECONDS
+    )
     started = incarnation.started_at
     if (
         incarnation.outcome is not Outcome.RUNNING

@@ -656,6 +656,22 @@ _SIZE = r"[\d.]+ ?[KMGT]?i?B"
 _D = "dependency_mismatch"
 
 MESSAGE_HINTS: tuple[MessageHint, ...] = (
+    # vLLM's engine ready timeout ran out (vllm2026): the message says how long it waited
+    MessageHint(
+        "engine_ready_timeout",
+        frozenset({"timeout"}),
+        r"Timed out waiting for (?:new )?engine core processes to start\..*?Waited "
+        r"(?P<waited>\d{1,7})s \(configured by VLLM_ENGINE_READY_TIMEOUT_S\)",
+        "vLLM gave up after its engine ready timeout, {waited} s, while the engine was still "
+        "starting: raise `VLLM_ENGINE_READY_TIMEOUT_S` above the unit's startup time "
+        "(`systemctl edit {unit}`, `Environment=VLLM_ENGINE_READY_TIMEOUT_S=SECONDS`) and "
+        "restart it; if the start was stuck rather than slow, see a stalled load.",
+        "vllm/v1/engine/core_client.py (MPClient, 0.17.1–0.33.0)",
+        "TimeoutError: Timed out waiting for engine core processes to start. This is often "
+        "caused by slow weight loading for large models. Waited 600s (configured by "
+        "VLLM_ENGINE_READY_TIMEOUT_S). To increase the timeout, set the environment variable: "
+        "VLLM_ENGINE_READY_TIMEOUT_S=<seconds>",
+    ),
     MessageHint(
         "version_pair",
         frozenset({_D}),

@@ -459,6 +459,11 @@ def _startup_line(
     if not comparison.compared_starts:
         if not earlier:
             return f"    startup {took}: no earlier start in this input to compare with"
+        if any(startup_record(item) is not None for item in earlier):  # vllm2026
+            return (
+                f"    startup {took}: no earlier start in this input that loaded the same way "
+                "(full loads, weight-cache maps and startup-plan boots are compared apart)"
+            )
         excerpt = any(item.furthest_phase is Phase.READY for item in earlier)
         why = " with its start seen (one read from its middle has no whole durations)"
         why = why if excerpt else ""

@@ -19,8 +19,9 @@ row of ``MODE_EVENTS`` here, applied to the incarnation's ``snapshot.RuntimeMode
   Memory profiling will be skipped.`` makes the start's kind ``startup_plan`` (unless it
   mapped weights from a daemon, the bigger difference);
 * **the watchdog** (``--watchdog-config``): ``[Watchdog]Dumped stack to PATH due to REASON``
-  keeps the dump's path, reason and time: the unit is stalled (``vllm_watchdog``) until it
-  logs progress again (``watchdog_stalled``);
+  keeps the dump's path, reason and time; a dump ``due to feed timeout`` (the watchdog was not
+  fed in time) makes the unit stalled (``vllm_watchdog``) until it logs progress again
+  (``watchdog_stalled``); one due to ``SIGTERM`` or ``shutdown`` records a stop;
 * **the engine ready timeout**: ``VLLM_ENGINE_READY_TIMEOUT_S=N`` (or ``: N``) in any of the
   unit's lines (a launcher's echo, a shell's ``set -x``, an environment dump), or vLLM's own
   ``Waited Ns (configured by VLLM_ENGINE_READY_TIMEOUT_S)``, sets the unit's timeout
@@ -49,6 +50,7 @@ __all__ = [
     "STARTUP_FULL",
     "STARTUP_PLAN",
     "STARTUP_WEIGHT_CACHE",
+    "WATCHDOG_HANG_REASON",
     "apply_mode_event",
     "read_ready_timeout",
     "wakes_fully",
@@ -233,13 +235,23 @@ def read_ready_timeout(modes: RuntimeModes, line: str) -> RuntimeModes:
     return replace(modes, ready_timeout_seconds=seconds)
 
 
+WATCHDOG_HANG_REASON: Final = "feed timeout"
+"""The reason vLLM's watchdog gives when it was not fed in time (``_check_loop``): a hang. It
+also dumps on ``SIGTERM`` (v1/engine/core.py) and ``shutdown`` (multiproc_executor.py): a
+record of a stop, not a stall."""
+
+
 def watchdog_stalled(incarnation: IncarnationSnapshot | None) -> bool:
-    """True when vLLM's watchdog dumped the stack of a live incarnation and nothing moved
-    since (no progress line after the dump)."""
+    """True when vLLM's watchdog dumped the stack of a live incarnation because it was not fed
+    in time (``WATCHDOG_HANG_REASON``) and nothing moved since (no progress line after the
+    dump)."""
     if incarnation is None or incarnation.ended_at is not None:
         return False
     dumped = incarnation.modes.watchdog_dumped_at
-    if incarnation.modes.watchdog_dump_path is None:
+    if (
+        incarnation.modes.watchdog_dump_path is None
+        or incarnation.modes.watchdog_reason != WATCHDOG_HANG_REASON
+    ):
         return False
     progress = incarnation.last_progress_at
     return dumped is None or progress is None or progress <= dumped

@@ -78,7 +78,7 @@ from vllm_sentinel.engine.runtime_modes import (
     watchdog_stalled,
 )
 from vllm_sentinel.engine.seen_cursors import SeenCursors
-from vllm_sentinel.engine.snapshot import PhaseEntry, UnitSnapshot
+from vllm_sentinel.engine.snapshot import PhaseEntry, RuntimeModes, UnitSnapshot
 from vllm_sentinel.engine.tracebacks import ExceptionEvent, TracebackAssembler
 
 __all__ = ["BENIGN_LINES_KEPT", "RECENT_EVENTS_KEPT", "TrackerSet", "UnitTracker"]
@@ -204,6 +204,7 @@ class UnitTracker:
         self._phase_durations: dict[Phase, float] = {}
         self._startup_duration: float | None = None
         self._snapshot: UnitSnapshot | None = None  # the last snapshot, while nothing changed
+        self._ready_timeout: float | None = None  # VLLM_ENGINE_READY_TIMEOUT_S as last shown
 
     @property
     def counting(self) -> bool:
@@ -446,7 +447,14 @@ class UnitTracker:
         if event is not Event.HEARTBEAT and event not in NOT_PROGRESS:
             incarnation.last_progress_at = time
         if READY_TIMEOUT_NEEDLE in body:
-            incarnation.modes = read_ready_timeout(incarnation.modes, body)
+            # the unit's environment: later starts keep it until a line says otherwise; a line
+            # after an incarnation ended (a launcher's trace before the next banner) is the
+            # next start's, not the ended one's
+            shown = read_ready_timeout(RuntimeModes(), body).ready_timeout_seconds
+            if shown is not None:
+                self._ready_timeout = shown
+                if not incarnation.ended:
+                    incarnation.modes = replace(incarnation.modes, ready_timeout_seconds=shown)
         if started:
             if not has_header:
                 self._on_uncaught_traceback(incarnation, pid, time)
@@ -871,6 +879,7 @@ class UnitTracker:
             startup_duration_seconds=self._startup_duration,
             recent_starts=tuple(self._incs.recent_starts),
             recent_crashes=tuple(crashes.recent_crashes),
+            ready_timeout_seconds=self._ready_timeout,
         )
         if incarnations and watchdog_stalled(incarnations[-1]):
             # vLLM's own watchdog dumped the stack and nothing moved since (runtime_modes)

@@ -288,15 +288,15 @@ MARKERS: tuple[Marker, ...] = (
         r"^Using (?:FlashAttention|Flash Attention|XFormers|Flashinfer|FlashInfer|Torch SDPA|"
         r"ROCmFlashAttention|Pallas|IPEX attention|OpenVINO Attention|HPUAttention)"
         r"(?:-\d+)? backend\.$",
-        "0.4.0.post1–0.10.2",
+        "0.4.0.post1–0.10.2; ROCm and XPU 0.11.0–0.33.0 (scripts/check-vllm-release)",
         "vllm/attention/selector.py, vllm/platforms/*.py",
     ),
     Marker(
         _E.ATTENTION_BACKEND,
         _P.INITIALIZING,
         r"^Using [\w ]+? backend on V1 engine",
-        "0.7.0–0.11.0",
-        "vllm/platforms/cuda.py",
+        "0.7.0–0.11.0; XPU 0.7.0–0.33.0 (scripts/check-vllm-release)",
+        "vllm/platforms/cuda.py, vllm/platforms/xpu.py",
     ),
     Marker(
         _E.ATTENTION_BACKEND,
@@ -746,6 +746,41 @@ MARKERS: tuple[Marker, ...] = (
         cause="port_in_use",
     ),
     # --- 9. vLLM 2026 states: sleep, weight cache, startup plan, watchdog (vllm2026) ----------
+    # Found by scripts/check-vllm-release 0.33.0 (docs/vllm-releases.md): the gRPC front end
+    # (`vllm serve --grpc`) has no uvicorn lines, so its own two lines make it ready; Ray's V2
+    # executor says a worker died in its own words; the preload CLI says a daemon rank died.
+    Marker(
+        _E.API_SERVER_STARTING,
+        _P.STARTING_API_SERVER,
+        r"^vLLM gRPC server started on \S{1,256}$",
+        "0.17.1–0.33.0",
+        "vllm/entrypoints/grpc_server.py → entrypoints/launchers/grpc_server.py",
+    ),
+    Marker(
+        _E.APP_STARTUP_COMPLETE,
+        _P.READY,
+        r"^Server is ready to accept requests$",
+        "0.17.1–0.33.0",
+        "vllm/entrypoints/grpc_server.py → entrypoints/launchers/grpc_server.py",
+    ),
+    Marker(
+        _E.FATAL,
+        None,
+        r"^RayWorkerProc rank=(?P<proc>\d+) died unexpectedly, shutting down executor\.$",
+        "0.25.0–0.33.0",
+        "vllm/v1/executor/ray_executor_v2.py",
+        cause="worker_died",
+    ),
+    Marker(
+        _E.FATAL,
+        None,
+        r"^Weight cache daemon rank\(s\) exited during startup \(exitcodes=[^)]{1,200}\); "
+        r"shutting down\.$",
+        "0.30.0–0.33.0",
+        "weight_cache/daemon.py (0.30) → vllm/entrypoints/cli/preload.py (0.33)",
+        terminal=True,
+        cause="worker_died",
+    ),
     # Sleep mode (--enable-sleep-mode; POST /sleep, POST /wake_up): the executor's lines time
     # the sleep and the wake-up, each worker says what its sleep freed. The phase moves are the
     # tracker's (``runtime_modes``): sleeping after ready, and back to ready on a whole wake.
@@ -776,16 +811,17 @@ MARKERS: tuple[Marker, ...] = (
     Marker(
         _E.WEIGHT_CACHE_LOADED,
         _P.LOADING_WEIGHTS,
-        r"^Weight cache (?P<role>\w+) daemon rank (?P<rank>\d+) loaded model "
-        r"\((?P<gib>[\d.]+) GiB allocated, (?P<reserved>[\d.]+) GiB reserved\)$",
-        "0.30.0–0.33.0",
+        r"^Weight cache (?:(?P<role>\w+) )?daemon rank (?P<rank>\d+) loaded model"
+        r"(?: \((?P<gib>[\d.]+) GiB allocated, (?P<reserved>[\d.]+) GiB reserved\))?$",
+        "0.30.0–0.33.0 (the role and the GiB from 0.33.0; scripts/check-vllm-release 0.30.0)",
         "vllm/model_executor/model_loader/weight_cache/daemon.py",
     ),
     Marker(
         _E.WEIGHT_CACHE_SERVING,
         _P.READY,
-        r"^Weight cache (?P<role>\w+) daemon rank (?P<rank>\d+) serving on (?P<socket>\S{1,256})$",
-        "0.30.0–0.33.0",
+        r"^Weight cache (?:(?P<role>\w+) )?daemon rank (?P<rank>\d+) serving on "
+        r"(?P<socket>\S{1,256})$",
+        "0.30.0–0.33.0 (the role from 0.33.0)",
         "vllm/model_executor/model_loader/weight_cache/daemon.py",
     ),
     Marker(

@@ -10,16 +10,21 @@ naming the source string it uses.
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from tests.support.monitor_driver import KIMI_INCIDENT, ManualClock, journal_records, play
+from tests.support.records import T0, Journal
 from vllm_sentinel.engine.catalog.phases import Outcome, Phase
 from vllm_sentinel.engine.decode.record import Record
 from vllm_sentinel.engine.health import HealthProbeResult, ProbeOutcome, ProbePolicy, ProbeSettings
-from vllm_sentinel.engine.snapshot import UnitSnapshot
-from vllm_sentinel.monitor import HostPlan, Monitor, Tick
+from vllm_sentinel.engine.report import status_document
+from vllm_sentinel.engine.snapshot import GpuDevice, GpuProcess, GpuReading, UnitSnapshot
+from vllm_sentinel.monitor import GpuSample, HostPlan, Monitor, Tick
 from vllm_sentinel.serve.readiness import HTTP_STATUS, UnitState, units_document
+from vllm_sentinel.sources.journal import JournalBatch
 
 HOST = "llm-two"
 UNIT = "vllm-kimi-k25.service"
@@ -246,3 +251,89 @@ class TestSleeping:
         assert (unit.current.phase, unit.current.outcome) == (Phase.READY, Outcome.READY)
         assert unit.current.modes.wake_up_seconds == pytest.approx(1.004518)
         assert unit.startup_duration_seconds == pytest.approx(688.0, abs=1.0)  # not the wake
+
+
+class TestWeightCacheMemory:
+    """A weight-cache daemon's GPU memory is never "another process" in a serve unit's hint
+    (``Weight cache %s daemon rank %d loaded model (%s GiB allocated, %s GiB reserved)``,
+    ``… serving on %s``: model_executor/model_loader/weight_cache/daemon.py, 0.33.0)."""
+
+    DAEMON = "vllm-weights.service"
+
+    def _oom_next_to(self, daemon_lines: bool) -> tuple[Monitor, list[Any]]:
+        """The daemon unit holds 30 GiB of GPU 0 when the serve unit starts; the serve unit
+        loads 40 GiB there and dies of a CUDA OOM whose message lists no process."""
+        journal = Journal(unit=self.DAEMON, host=HOST)
+        clock = ManualClock(T0)
+        plan = HostPlan(HOST, (UNIT, self.DAEMON))
+        monitor = Monitor([plan], clock=clock, settle_seconds=5.0)
+        gib = 1 << 30
+        devices = tuple(GpuDevice(i, f"GPU-{i}", "NVIDIA H100", 0, 80 * gib) for i in (0, 1))
+        daemon_id, serve_id = "e" * 32, "d" * 32
+        lines = [journal.at(0).systemd(f"Started {self.DAEMON} - vLLM weights.", daemon_id)]
+        if daemon_lines:
+            lines += [
+                journal.at(1).line(
+                    "(vllm-weight-cache-target-0 pid=555) INFO 11-28 23:35:01 [daemon.py:316] "
+                    "Weight cache target daemon rank 0 loaded model (30.00 GiB allocated, "
+                    "30.25 GiB reserved)",
+                    daemon_id,
+                    555,
+                ),
+                journal.at(1).line(
+                    "(vllm-weight-cache-target-0 pid=555) INFO 11-28 23:35:01 [daemon.py:410] "
+                    "Weight cache target daemon rank 0 serving on "
+                    "/run/vllm-weight-cache/vllm_weight_cache_3b1f0c2e9d7a4b58.sock",
+                    daemon_id,
+                    555,
+                ),
+            ]
+        monitor.apply(JournalBatch(HOST, tuple(lines), lines[-1].cursor))
+        held = GpuProcess("GPU-0", 555, 30 * gib)
+        owners = {555: self.DAEMON, 777: UNIT}
+        monitor.apply(
+            GpuSample(HOST, GpuReading(devices, (held,), T0 + timedelta(seconds=4)), owners)
+        )
+        journal.unit = UNIT
+        started = journal.at(5).systemd(f"Started {UNIT} - vLLM.", serve_id)
+        monitor.apply(JournalBatch(HOST, (started,), started.cursor))
+        monitor.apply(
+            GpuSample(HOST, GpuReading(devices, (held,), T0 + timedelta(seconds=6)), owners)
+        )
+        loaded = (held, GpuProcess("GPU-0", 777, 40 * gib))
+        monitor.apply(
+            GpuSample(HOST, GpuReading(devices, loaded, T0 + timedelta(seconds=20)), owners)
+        )
+        crash = [
+            journal.at(25).line(
+                "(EngineCore_DP0 pid=777) ERROR 11-28 23:35:25 [core.py:708] "
+                "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
+                serve_id,
+                777,
+            ),
+            journal.at(26).systemd(
+                f"{UNIT}: Main process exited, code=exited, status=1/FAILURE", serve_id
+            ),
+        ]
+        monitor.apply(JournalBatch(HOST, tuple(crash), crash[-1].cursor))
+        with capture_logs() as logs:
+            clock.at = T0 + timedelta(seconds=60)
+            monitor.apply(Tick(clock.at))
+            monitor.publish()
+        return monitor, logs
+
+    def test_a_weight_cache_daemon_is_not_blamed(self) -> None:
+        monitor, logs = self._oom_next_to(daemon_lines=True)
+        (crash,) = [entry for entry in logs if entry["event"] == "unit_crashed"]
+        assert crash["cause"] == "cuda_oom"
+        assert "already in use by another process" not in crash["hint"]
+        assert self.DAEMON not in crash["hint"]
+        units = {unit["unit"]: unit for unit in status_document(monitor.latest)["units"]}
+        assert units[self.DAEMON]["incarnations"][-1]["modes"]["role"] == "weight_cache"
+        assert self.DAEMON not in units[UNIT]["last_crash"]["hint"]["text"]
+
+    def test_the_same_memory_of_another_unit_is(self) -> None:
+        """Without the daemon's lines the other unit's 30 GiB is another process's memory."""
+        _, logs = self._oom_next_to(daemon_lines=False)
+        (crash,) = [entry for entry in logs if entry["event"] == "unit_crashed"]
+        assert "already in use by another process" in crash["hint"]

@@ -107,7 +107,8 @@ def test_gone_changed_unexplained_and_classified_are_reported(tmp_path: Path) ->
     assert "- **gone** marker `watchdog_started`" not in report
     assert (
         "- **changed** marker `weight_cache_serving` "
-        "(vllm/model_executor/model_loader/weight_cache/daemon.py, versions 0.30.0–0.33.0): its "
+        "(vllm/model_executor/model_loader/weight_cache/daemon.py, versions 0.30.0–0.33.0 (the "
+        "role from 0.33.0)): its "
         "text `Weight cache` is now in `Weight cache %s daemon rank %d serving on %s (pid %d)` "
         "(vllm/model_executor/model_loader/weight_cache/daemon.py:6)"
     ) in report

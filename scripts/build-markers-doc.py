@@ -10,7 +10,9 @@ import re
 import sys
 from pathlib import Path
 
-from vllm_sentinel.engine.catalog.markers import MARKERS, SYSTEMD_MARKERS
+from vllm_sentinel.engine.catalog.announcements import ANNOUNCEMENTS
+from vllm_sentinel.engine.catalog.frames import FRAME_PHASES
+from vllm_sentinel.engine.catalog.markers import MARKERS, PHASE_ENDS, SYSTEMD_MARKERS
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "markers.md"
 
@@ -41,7 +43,43 @@ def systemd_table() -> str:
     return "\n".join(rows)
 
 
+def phase_ends_table() -> str:
+    rows = ["| event | ends phase | vLLM versions | source |", "|---|---|---|---|"]
+    for row in PHASE_ENDS:
+        rows.append(f"| `{row.event.value}` | {row.phase.value} | {row.versions} | {row.source} |")
+    return "\n".join(rows)
+
+
+def frames_table() -> str:
+    rows = ["| phase | frame (regex) | vLLM versions | source |", "|---|---|---|---|"]
+    for row in FRAME_PHASES:
+        pattern = row.pattern.replace("|", "\\|")
+        rows.append(f"| {row.phase.value} | `{pattern}` | {row.versions} | {row.source} |")
+    return "\n".join(rows)
+
+
+def announcements_table() -> str:
+    rows = ["| line (regex, from the body's start) | vLLM versions | source |", "|---|---|---|"]
+    for row in ANNOUNCEMENTS:
+        pattern = row.pattern.replace("|", "\\|")
+        rows.append(f"| `{pattern}` | {row.versions} | {row.source} |")
+    return "\n".join(rows)
+
+
+def _section_table(text: str, title: str, table: str) -> str:
+    """Replace the first table of section ``title`` (after its prose) with ``table``."""
+    return re.sub(
+        rf"(## {re.escape(title)}\n\n(?:[^|\n].*\n|\n)*?)((?:\|.*\n)+)",
+        lambda m: m.group(1) + table + "\n",
+        text,
+        count=1,
+    )
+
+
 def render(text: str) -> str:
+    text = _section_table(text, "Where phases end", phase_ends_table())
+    text = _section_table(text, "The phase a traceback was raised in", frames_table())
+    text = _section_table(text, "Lines that announce a failure", announcements_table())
     text = re.sub(
         r"(## vLLM markers\n\n)(\|.*?\n)(?=\n## )",
         lambda m: m.group(1) + vllm_table() + "\n",

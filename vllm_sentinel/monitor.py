@@ -644,13 +644,18 @@ class Monitor:
         usual = usual_phase_seconds(
             same_model(records, current.model, current.modes.startup_kind), current.phase
         )
-        slow = not stalled and is_slow(
-            current.phase,
-            current.phase_entered_at,
-            usual,
-            now,
-            plan.slow_factor,
-            plan.slow_floor_seconds,
+        # a phase a line said ended (markers.PHASE_ENDS) is over: the next one is under way
+        slow = (
+            not stalled
+            and current.phase_ended_at is None
+            and is_slow(
+                current.phase,
+                current.phase_entered_at,
+                usual,
+                now,
+                plan.slow_factor,
+                plan.slow_floor_seconds,
+            )
         )
         estimate = None if stalled else estimate_ready(current, records, now)
         eta = estimate.eta_seconds if estimate is not None else None

@@ -243,8 +243,8 @@ class TestCheckConfig:
             line for line in result.stdout.decode().splitlines() if line.startswith("warning:")
         ]
         assert warnings == [
-            f"warning: defaults.state_directory: {blocker}/state cannot be created here: "
-            f"{blocker} is not a directory (run refuses to start without a writable one)"
+            f"warning: state directory {blocker}/state: cannot write there: not a directory "
+            "(set defaults.state_directory to a writable directory)"  # run's words (issue 21)
         ], result.stdout.decode()
 
     def test_a_directory_is_one_line(self, tmp_path: Path) -> None:

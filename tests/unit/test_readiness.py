@@ -156,7 +156,7 @@ class TestStates:
                 "text": "`pip install flashinfer-cubin==0.6.4`: flashinfer-cubin 0.6.3 must "
                 "match flashinfer 0.6.4 (or install the flashinfer that matches "
                 "flashinfer-cubin 0.6.3).",
-                "runbook": "docs/runbook.md#dependency_mismatch",
+                "runbook": "/runbook#dependency_mismatch",
                 "rule": "version_pair",
             },
         }

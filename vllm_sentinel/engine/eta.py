@@ -318,16 +318,22 @@ def estimate_ready(
         basis = EtaBasis.BOTH
     elif chosen and entered is not None:
         spent = max(0.0, _seconds(now, entered))
+        beyond = 0.0  # seconds since a line said the current phase ended: the next ones'
+        ended = incarnation.phase_ended_at
+        if ended is not None and ended <= now:
+            spent = max(0.0, _seconds(ended, entered))
+            beyond = _seconds(now, ended)
         seconds = float(
             _median(
-                max(0.0, record.phase_seconds.get(phase, 0.0) - spent) + _after(record, phase)
+                max(0.0, record.phase_seconds.get(phase, 0.0) - spent)
+                + max(0.0, _after(record, phase) - beyond)
                 for record in chosen
             )
         )
         basis = EtaBasis.HISTORY
         if seconds <= 0:  # the last phase outlasted the recent starts: overdue by the median
             unclamped = _median(
-                record.phase_seconds.get(phase, 0.0) - spent + _after(record, phase)
+                record.phase_seconds.get(phase, 0.0) - spent + _after(record, phase) - beyond
                 for record in chosen
             )
             overdue = max(0.0, -float(unclamped))

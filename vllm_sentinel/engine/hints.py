@@ -60,8 +60,10 @@ __all__ = [
     "without_weight_caches",
 ]
 
-RUNBOOK_PATH = "docs/runbook.md"
-"""Where the runbook lives in the repository; hints link ``RUNBOOK_PATH#<cause>``."""
+RUNBOOK_PATH = "/runbook"
+"""The runbook a user can open: the daemon serves it at this path (``serve/http.py``); hints
+link ``RUNBOOK_PATH#<cause>``. Commands without a daemon (``replay``, ``watch``) name the copy
+the package installs instead (``serve.runbook.installed_runbook``)."""
 
 RUNBOOK_URL = "runbook"
 """The runbook the status page links into: the daemon's own ``/runbook`` (docs/runbook.md as
@@ -81,7 +83,7 @@ class Hint:
         text: one or two sentences, plain text (commands in backticks).
         cause: the crash cause it is for (``CrashCause`` value).
         rule: the row that produced it: a ``MESSAGE_HINTS`` name, or ``cause:<cause>``.
-        runbook: the runbook section, ``docs/runbook.md#<cause>``.
+        runbook: the runbook section on the daemon's page, ``/runbook#<cause>``.
     """
 
     text: str
@@ -1133,7 +1135,7 @@ _CONFIGURED_BENIGN = "matches a `benign_patterns` entry of the configuration: co
 
 
 def runbook_anchor(cause: str) -> str:
-    """The runbook section of a cause: ``docs/runbook.md#<cause>``."""
+    """The runbook section of a cause on the daemon's page: ``/runbook#<cause>``."""
     return f"{RUNBOOK_PATH}#{cause}"
 
 

@@ -19,6 +19,7 @@ from vllm_sentinel.engine.counters import UnitCounters
 __all__ = [
     "CollectorState",
     "CrashInfo",
+    "EarlierIncarnations",
     "EtaBasis",
     "GpuDevice",
     "GpuProcess",
@@ -203,6 +204,7 @@ class IncarnationSnapshot:
     api_url: str | None = None  # where its API server listens, from its logs (health.py)
     benign_lines: tuple[str, ...] = ()  # the first few ERROR lines matched as benign (bodies)
     start_seen: bool = False
+    phase_ended_at: datetime | None = None  # a line said the current phase ended then
     modes: RuntimeModes = field(default_factory=RuntimeModes)  # sleep, weight cache, … (vllm2026)
 
     @property
@@ -280,6 +282,25 @@ class UnitHealth:
     failures: int = 0
     unhealthy: bool = False
     served_models: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class EarlierIncarnations:
+    """The incarnations a unit's tracker no longer keeps (it keeps the last few), summed up.
+
+    Attributes:
+        count: how many were forgotten.
+        by_outcome: how each ended: a crash by its root cause (``killed``,
+            ``kv_cache_insufficient``), otherwise its outcome (``stopped``, ``running``),
+            most frequent first.
+        first_started_at: when the earliest of them started (UTC), if known.
+        last_ended_at: when the latest of them ended (UTC), if known.
+    """
+
+    count: int = 0
+    by_outcome: Mapping[str, int] = field(default_factory=dict)
+    first_started_at: datetime | None = None
+    last_ended_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -372,6 +393,7 @@ class UnitSnapshot:
     eta_overdue_seconds: float | None = None
     unit_name_known: bool = True
     log_times_local: bool = False
+    earlier: EarlierIncarnations = field(default_factory=EarlierIncarnations)
     # vLLM 2026 states (vllm2026): why it is stalled, and the engine ready timeout's verdict
     stall_reason: str | None = None
     will_time_out: bool = False

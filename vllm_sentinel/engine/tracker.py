@@ -32,6 +32,7 @@ from fnmatch import fnmatchcase
 from types import MappingProxyType
 from typing import Final
 
+from vllm_sentinel.engine.catalog.announcements import is_announcement
 from vllm_sentinel.engine.catalog.causes import (
     BenignMatcher,
     CrashCause,
@@ -44,6 +45,7 @@ from vllm_sentinel.engine.catalog.causes import (
 )
 from vllm_sentinel.engine.catalog.failure_lines import Effect, FailureMatch, classify_failure_line
 from vllm_sentinel.engine.catalog.markers import (
+    PHASE_END_EVENTS,
     Event,
     MarkerMatch,
     MarkerMatcher,
@@ -186,6 +188,9 @@ class UnitTracker:
         # stand-in evidence made of it when a logged traceback followed (see _stand_in)
         self._last_error: dict[int | None, str] = {}
         self._stand_ins: dict[int | None, tuple[Incarnation, Evidence]] = {}
+        # PID → its last ERROR line kept as evidence (``_on_error_line``), which a stand-in
+        # replaces (``_stand_in``)
+        self._error_lines: dict[int | None, tuple[str, Evidence]] = {}
         self._incs = Incarnations(self._crashes, max_incarnations)
         self._tracebacks = TracebackAssembler()
         self._clock = LineClock(reference_year)
@@ -468,9 +473,9 @@ class UnitTracker:
         if exception is not None:
             if self._stand_ins and not exception.chained:
                 self._drop_stand_in(pid)
-            self._on_exception(incarnation, exception, kind, role, time)
+            self._on_exception(incarnation, exception, kind, role, time, pid)
         elif found is not None:
-            self._on_marker(incarnation, found, body, time, source, role)
+            self._on_marker(incarnation, found, body, time, source, role, pid)
         elif not consumed and kind is LineKind.RAW and not incarnation.ended:
             failure = classify_failure_line(body)
             if failure is not None:
@@ -486,6 +491,7 @@ class UnitTracker:
                 if len(self._last_error) >= _MAX_TRACE_OWNERS and pid not in self._last_error:
                     del self._last_error[next(iter(self._last_error))]
                 self._last_error[pid] = body
+                self._on_error_line(incarnation, body, pid, time)
 
     def _stand_in(
         self,
@@ -504,10 +510,40 @@ class UnitTracker:
         message = self._last_error.pop(pid, None)
         if message is None or message != self._tracebacks.context_of(pid):
             return
+        if is_announcement(message):
+            return  # it says that something failed, not what
+        kept = self._error_lines.pop(pid, None)
+        if kept is not None and kept[0] == message and kept[1] in incarnation.evidence:
+            incarnation.evidence.remove(kept[1])  # it becomes the stand-in below
         event = ExceptionEvent("", message, None, True, False, True)
-        evidence = self._on_exception(incarnation, event, kind, role, time)
+        evidence = self._on_exception(incarnation, event, kind, role, time, pid)
         if evidence is not None:
             self._stand_ins[pid] = (incarnation, evidence)
+
+    def _on_error_line(
+        self, incarnation: Incarnation, body: str, pid: int | None, time: datetime | None
+    ) -> None:
+        """An ERROR line of vLLM's that is no marker and no traceback's line: when its words
+        name a failure (``causes.classify_exception``), it is evidence of the crash.
+
+        ``logger.error("Failed to create unquantized linear weights: %s", e)`` (linear.py)
+        states the OOM before the traceback that a paste often cuts off. A line that only
+        announces a failure (``announcements``), a request's error and a line the same
+        process outlives (``CrashBook.survived``) name no cause.
+        """
+        if incarnation.ended or incarnation.stop_requested or is_announcement(body):
+            return
+        cause, kind = classify_exception("", body)
+        if cause is CrashCause.UNKNOWN or kind is not EvidenceKind.REAL:
+            return
+        if is_request_error("", body, None):
+            return
+        evidence = self._crashes.add_evidence(
+            incarnation, cause, kind, "", body, time, pid=pid, survivable=True
+        )
+        if len(self._error_lines) >= _MAX_TRACE_OWNERS and pid not in self._error_lines:
+            del self._error_lines[next(iter(self._error_lines))]
+        self._error_lines[pid] = (body, evidence)
 
     def _drop_stand_in(self, pid: int | None) -> None:
         """The real exception line arrived: its message's stand-in is no longer evidence."""
@@ -634,6 +670,7 @@ class UnitTracker:
         time: datetime | None,
         source: str | None = None,
         role: Role | None = None,
+        pid: int | None = None,
     ) -> None:
         marker, groups = found
         event = marker.event
@@ -643,6 +680,10 @@ class UnitTracker:
             read_figures(incarnation, event, groups)
             if event in _BAR_EVENTS and marker.phase is not None:
                 read_progress_bar(incarnation, event, marker.phase, groups, time)
+        ends = PHASE_END_EVENTS.get(event)
+        if ends is not None and marker.phase is ends:
+            self._advance(incarnation, ends, time)  # an excerpt may start with the end line
+            incarnation.end_phase(ends, time)
         if (
             event is Event.ENGINE_INIT or event is Event.SERVER_CONFIG
         ) and incarnation.tensor_parallel_size is None:
@@ -708,7 +749,11 @@ class UnitTracker:
             return
         phase = marker.phase
         if phase is not None:
+            before = incarnation.phase
             self._advance(incarnation, phase, time)
+            if incarnation.phase is not before and incarnation.evidence:
+                # the process went on to a later phase: what it printed before did not end it
+                self._crashes.survived(incarnation, pid)
 
     def _on_mode(self, incarnation: Incarnation, found: MarkerMatch, time: datetime | None) -> None:
         """A line of sleep, weight cache, startup plan or watchdog (``runtime_modes``)."""
@@ -730,8 +775,12 @@ class UnitTracker:
         line_kind: LineKind,
         role: Role | None,
         time: datetime | None,
+        pid: int | None = None,
     ) -> Evidence | None:
         """An exception line (or a stand-in): evidence, and a crash pending or ended.
+
+        The phase its innermost vLLM frames name (``frames``), when later than the markers',
+        is the phase it was raised in.
 
         Returns:
             The evidence kept, or ``None`` when the exception is not evidence (a request's
@@ -750,8 +799,19 @@ class UnitTracker:
             return None
         cause, kind = classify_exception(exception.exception, exception.message, exception.frame)
         evidence = self._crashes.add_evidence(
-            incarnation, cause, kind, exception.exception, exception.message, time
+            incarnation,
+            cause,
+            kind,
+            exception.exception,
+            exception.message,
+            time,
+            pid=pid,
+            survivable=True,
         )
+        if exception.exception and kind is EvidenceKind.REAL and cause is not CrashCause.UNKNOWN:
+            self._crashes.supersede_lines(incarnation, evidence)
+        if exception.phase is not None:
+            self._raised_in(incarnation, exception.phase, time)
         if incarnation.ended:
             return evidence
         context = exception.context or ""
@@ -821,6 +881,17 @@ class UnitTracker:
             return
         incarnation.mark_fatal(proven=False)
 
+    def _raised_in(self, incarnation: Incarnation, phase: Phase, time: datetime | None) -> None:
+        """A traceback's frames say it was raised in startup phase ``phase``: the
+        incarnation was there, if the markers had not said as much (``frames``)."""
+        if phase not in _STARTUP:
+            return
+        if not incarnation.ended:
+            if incarnation.phase in _STARTUP:
+                self._advance(incarnation, phase, time)
+            return
+        incarnation.raised_in(phase)
+
     def _advance(self, incarnation: Incarnation, phase: Phase, time: datetime | None) -> None:
         """Move ``incarnation`` forward to ``phase``, timing the startup phase it leaves."""
         previous = incarnation.enter(phase, time)
@@ -879,6 +950,7 @@ class UnitTracker:
             startup_duration_seconds=self._startup_duration,
             recent_starts=tuple(self._incs.recent_starts),
             recent_crashes=tuple(crashes.recent_crashes),
+            earlier=crashes.earlier(),
             ready_timeout_seconds=self._ready_timeout,
         )
         if incarnations and watchdog_stalled(incarnations[-1]):

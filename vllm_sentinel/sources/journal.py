@@ -64,6 +64,7 @@ from vllm_sentinel.sources.gpu import BackoffWait
 from vllm_sentinel.sources.transport import Transport
 
 __all__ = [
+    "NO_JOURNAL_FILES",
     "STARTED_MESSAGE_ID",
     "FollowerSettings",
     "HistoryBoundary",
@@ -72,6 +73,16 @@ __all__ = [
     "build_journalctl_argv",
     "cursor_time",
 ]
+
+NO_JOURNAL_FILES = "no_journal_files"
+"""The journal collector's reason when journalctl finds no entry at all (``-- No entries --``,
+``No journal files were found.``): nothing to follow, whatever the unit names."""
+
+_NO_JOURNAL_FILES_DETAIL = (
+    "journalctl finds no journal entries: no journal files where it looks (journald's "
+    "Storage= volatile or none, a wrong --directory), or this user may not read them (the "
+    "systemd-journal group)"
+)
 
 STARTED_MESSAGE_ID = "39f53479d3a045ac8e117862248231bf"
 """systemd's catalog id of "Started <unit>" (src/core/job.c, ``SD_MESSAGE_UNIT_STARTED``)."""
@@ -390,13 +401,27 @@ class JournalFollower:
         )
 
     async def _wait_for_units(self) -> None:
-        """No unit matches yet: the journal is readable, so the collector is up; look again."""
-        if not self._state.up or not self._told_no_units:
+        """No unit matches yet: up when the journal holds entries (look again later); down
+        with ``no_journal_files`` when journalctl finds none at all (no journal files where it
+        looks, or only empty ones), which no unit name can fix."""
+        if not await self._has_entries():
+            self._set_state(False, NO_JOURNAL_FILES, _NO_JOURNAL_FILES_DETAIL)
+            self._told_no_units = False
+        elif not self._state.up or not self._told_no_units:
             self._set_state(True, "")
             self._told_no_units = True
             _log.info("journal_no_matching_units", host=self.host, units=list(self._settings.units))
         await self._sleep(self._settings.unit_discovery_interval_seconds)
         self._units = await self._resolve_units()
+
+    async def _has_entries(self) -> bool:
+        """Whether journalctl (with the host's options) finds any entry at all."""
+        settings = self._settings
+        argv = build_journalctl_argv(
+            (), settings.journalctl_args, lines=1, output_fields=("__REALTIME_TIMESTAMP",)
+        )
+        output = await self._transport.run(argv, settings.query_timeout_seconds)
+        return bool(output.strip())
 
     async def _follow_until_units_change(self, emit: Emit) -> bool:
         """Follow; return True when the matching units changed (follow again with them)."""
@@ -577,6 +602,8 @@ class JournalFollower:
         await self._backfill_quiet_units(emit, units, start)
         count = self._backfilled_records
         _log.info("journal_backfill_finished", host=self.host, records=count)
+        if not count and not await self._has_entries():
+            self._set_state(False, NO_JOURNAL_FILES, _NO_JOURNAL_FILES_DETAIL)  # up at a line
         # Cut short, the backfill resumes in the follow stream: history may still come there
         # (until the first record after the boundary closes it)
         self._history_open = after_main and count >= settings.backfill_max_records

@@ -60,6 +60,7 @@ __all__ = [
     "encode_host",
 ]
 
+
 FAILURE_LOG_INTERVAL_SECONDS = 60.0
 """``cursor_save_failed`` is logged at most this often while writes keep failing."""
 
@@ -221,10 +222,7 @@ class CursorStore:
                 os.unlink(name)
         except OSError as error:
             reason = (error.strerror or str(error)).lower()
-            raise StateDirectoryError(
-                f"state directory {self.directory}: cannot write there: {reason} (set "
-                "defaults.state_directory to a writable directory)"
-            ) from None
+            raise StateDirectoryError.unwritable(self.directory, reason) from None
 
     # --- loading -------------------------------------------------------------------------
 

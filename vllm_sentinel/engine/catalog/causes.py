@@ -96,6 +96,9 @@ class Evidence:
         message: the exception message or the log line, bounded.
         at: log time (UTC) of the line, if known.
         seq: arrival order within the tracker, to break ties.
+        pid: the process whose line it is (``None``: unknown, or not a process's line).
+        survivable: a process's own line (an exception, an ERROR line): when that process
+            makes progress after it, it did not end the process (``CrashBook.survived``).
     """
 
     cause: CrashCause
@@ -104,6 +107,8 @@ class Evidence:
     message: str
     at: datetime | None
     seq: int
+    pid: int | None = None
+    survivable: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,12 +34,15 @@ from vllm_sentinel.engine.decode.vllm_line import LineKind
 __all__ = [
     "CRASH_REPORTERS",
     "MARKERS",
+    "PHASE_ENDS",
+    "PHASE_END_EVENTS",
     "SYSTEMD_MARKERS",
     "CrashReporter",
     "Event",
     "Marker",
     "MarkerMatch",
     "MarkerMatcher",
+    "PhaseEnd",
     "SystemdEvent",
     "SystemdMarker",
     "crash_reporter",
@@ -870,6 +873,50 @@ MARKERS: tuple[Marker, ...] = (
         "0.33.0",
         "vllm/utils/watch_dog.py",
     ),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseEnd:
+    """A marker event that says its phase is over (not only that it is under way).
+
+    The next phase starts where this line is: between ``Model loading took …`` and compile's
+    first line (``Dynamo bytecode transform time: 8.71 s``, printed *after* Dynamo ran) the
+    process is compiling, not loading.
+
+    Attributes:
+        event: the marker event (every row of ``MARKERS`` with it, in ``phase``).
+        phase: the phase it ends.
+        source: where vLLM logs it, and when.
+        versions: the releases read.
+    """
+
+    event: Event
+    phase: Phase
+    source: str
+    versions: str
+
+
+PHASE_ENDS: tuple[PhaseEnd, ...] = (
+    PhaseEnd(
+        _E.MODEL_LOADED,
+        _P.LOADING_WEIGHTS,
+        "the last line of load_model: vllm/v1/worker/gpu_model_runner.py (Model loading took), "
+        "vllm/worker/model_runner.py (Loading model weights took), hpu_model_runner.py",
+        "0.4.0.post1–0.33.0",
+    ),
+    PhaseEnd(
+        _E.GRAPH_CAPTURE_FINISHED,
+        _P.CAPTURING_CUDA_GRAPHS,
+        "the last line of capture_model: vllm/v1/worker/gpu_model_runner.py, "
+        "vllm/worker/model_runner.py (Graph capturing finished in …)",
+        "0.4.0.post1–0.33.0",
+    ),
+)
+"""Marker events that end their phase: the next phase is entered at their time."""
+
+PHASE_END_EVENTS: Mapping[Event, Phase] = MappingProxyType(
+    {row.event: row.phase for row in PHASE_ENDS}
 )
 
 

@@ -19,7 +19,10 @@ A root cause is half an answer; the other half is the fix. Three tables, all dat
 ``hint_for(crash, context)`` picks the first message row that matches the crash's
 ``"Exception: message"`` (else the cause row) and, for memory causes, names the other processes
 that hold GPU memory when the GPU collector knows them. Every hint links its runbook section
-(``docs/runbook.md#<cause>``). Text taken from the log is cut short; the renderers escape it.
+(``docs/runbook.md#<cause>``). Text taken from the log is cut short, and every value a row
+captures must have the shape its field is (``value_shapes.FIELD_SHAPES``: a PEP 440 version, a
+package name, a port …) or the row is skipped: log text never becomes a command. The renderers
+escape it.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from types import MappingProxyType
 from vllm_sentinel.engine.catalog.causes import DEFAULT_BENIGN_PATTERNS
 from vllm_sentinel.engine.catalog.phases import Phase
 from vllm_sentinel.engine.snapshot import CrashInfo, GpuDevice, GpuProcessUsage, UnitSnapshot
+from vllm_sentinel.engine.value_shapes import has_shape
 
 __all__ = [
     "BENIGN_NOTES",
@@ -519,6 +523,8 @@ def _context_fields(crash: CrashInfo, context: HintContext | None) -> dict[str, 
     reads it as local time too. ``{unit}`` is ``UNIT_PLACEHOLDER`` when nobody named the unit.
     """
     unit = _bounded(context.unit) if context is not None and context.unit else UNIT_PLACEHOLDER
+    if unit != UNIT_PLACEHOLDER and not has_shape("unit", unit):
+        unit = UNIT_PLACEHOLDER  # not a unit name systemd could have made: no command with it
     local = context is not None and context.local_times
     ident = crash.invocation_id
     if ident and _INVOCATION_ID.fullmatch(ident):
@@ -1069,8 +1075,8 @@ MESSAGE_HINTS: tuple[MessageHint, ...] = (
         "no_bfloat16",
         frozenset({"config_error"}),
         r"Bfloat16 is only supported on GPUs with compute capability of at least 8\.0\. "
-        r"Your (?P<gpu>.+?) GPU has compute capability (?P<capability>\d+\.\d+)",
-        "The {gpu} (compute capability {capability}) has no bfloat16: add `--dtype half`.",
+        r"Your (?P<gpu_name>.+?) GPU has compute capability (?P<capability>\d+\.\d+)",
+        "The {gpu_name} (compute capability {capability}) has no bfloat16: add `--dtype half`.",
         "vllm/platforms/cuda.py check_if_supports_dtype",
         "ValueError: Bfloat16 is only supported on GPUs with compute capability of at least "
         "8.0. Your Tesla T4 GPU has compute capability 7.5. You can use float16 instead by "
@@ -1222,8 +1228,11 @@ def hint_for(crash: CrashInfo, context: HintContext | None = None) -> Hint:
         found = pattern.search(text)
         if found is None:
             continue
+        captured = {key: _bounded(value) for key, value in found.groupdict().items()}
+        if not all(has_shape(key, value) for key, value in captured.items() if value):
+            continue  # a value of the wrong shape never enters a command (value_shapes)
         fields = _context_fields(crash, context)
-        fields.update({key: _bounded(value) for key, value in found.groupdict().items()})
+        fields.update(captured)
         if row.derive is not None:
             fields.update(row.derive(fields))  # built from bounded fields
         hint = row.template.format_map(fields)

@@ -27,7 +27,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from fnmatch import fnmatchcase
 from types import MappingProxyType
 from typing import Final
@@ -195,7 +195,9 @@ class UnitTracker:
         self._tracebacks = TracebackAssembler()
         self._clock = LineClock(reference_year)
         self._seen = SeenCursors()
-        self._latest_time: datetime | None = None
+        self._latest_time: datetime | None = None  # log time that settles crashes (feed_many)
+        self._previous_time: datetime | None = None
+        self._jump = timedelta(seconds=max(traceback_hold_seconds, 10 * settle_seconds))
         self._line_level = "none"  # the level of the last line read (a record's: its first)
         self._counting = True
         self.records_by_level: Counter[str] = Counter()
@@ -221,6 +223,11 @@ class UnitTracker:
         self._counting = value
         self._crashes.counting = value
         self._incs.counting = value
+
+    @property
+    def last_record_at(self) -> datetime | None:
+        """The log time of the last record fed (journal order; ``None`` before any)."""
+        return self._previous_time
 
     @property
     def starts_total(self) -> int:
@@ -256,8 +263,16 @@ class UnitTracker:
                 time = record.realtime
                 if time is not None:
                     clock.observe(time)
-                    if self._latest_time is None or time > self._latest_time:
+                    # the log time crashes settle by: this record's, but a jump ahead of the
+                    # one before by more than the traceback hold counts only once a second
+                    # record agrees (one line dated in the future, by a skewed writer or a
+                    # forged stamp, cannot settle crashes; later lines bring the time back)
+                    previous = self._previous_time
+                    self._previous_time = time
+                    if previous is None or time - previous <= self._jump:
                         self._latest_time = time
+                    else:
+                        self._latest_time = previous
                 message = record.message
                 if record.from_manager or record.syslog_identifier in _MANAGER_IDENTS:
                     for line in message.split("\n") if "\n" in message else (message,):

@@ -35,6 +35,7 @@ from vllm_sentinel.engine.catalog.phases import PHASE_ORDER, STARTUP_PHASES, Pha
 from vllm_sentinel.engine.counters import LOG_LEVELS, UnitCounters
 from vllm_sentinel.engine.decode.journal_json import SKIP_REASONS
 from vllm_sentinel.engine.snapshot import HostSnapshot, IncarnationSnapshot, Snapshot, UnitSnapshot
+from vllm_sentinel.engine.terminal_text import printable
 from vllm_sentinel.state.history_store import HISTORY_SKIP_REASON
 
 __all__ = [
@@ -94,7 +95,8 @@ _WORD_CUT_MIN = 0.5  # a word boundary in the last half of the room; else cut th
 
 
 def bound_label(value: str | None, limit: int = LABEL_VALUE_LIMIT) -> str:
-    """Make a safe label value: ``""`` for None, whitespace collapsed, valid UTF-8, cut.
+    """Make a safe label value: ``""`` for None, control sequences and characters removed
+    (``terminal_text.printable``), whitespace collapsed, valid UTF-8, cut.
 
     A value longer than ``limit`` characters keeps its words up to the last space that
     leaves room for ``…`` and ends with it (the hints' convention): at most ``limit``
@@ -104,7 +106,7 @@ def bound_label(value: str | None, limit: int = LABEL_VALUE_LIMIT) -> str:
     """
     if not value:
         return ""
-    text = " ".join(value.split())
+    text = " ".join(printable(value).split())  # no terminal control sequence in a label
     text = text.encode("utf-8", "replace").decode("utf-8")
     if len(text) <= limit:
         return text

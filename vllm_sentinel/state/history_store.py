@@ -23,7 +23,8 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import MappingProxyType
 from typing import Annotated, Literal
@@ -36,10 +37,20 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationErro
 from vllm_sentinel.engine.catalog.phases import Phase
 from vllm_sentinel.engine.eta import HISTORY_SIZE, remember
 from vllm_sentinel.engine.snapshot import StartupRecord
+from vllm_sentinel.log import Throttle
 from vllm_sentinel.state.atomic_file import write_atomically
 from vllm_sentinel.state.serial_flush import SerialFlush
 
-__all__ = ["HISTORY_SKIP_REASON", "HistoryStore", "decode_name", "encode_name"]
+__all__ = [
+    "FAILURE_LOG_INTERVAL_SECONDS",
+    "HISTORY_SKIP_REASON",
+    "HistoryStore",
+    "decode_name",
+    "encode_name",
+]
+
+FAILURE_LOG_INTERVAL_SECONDS = 60.0
+"""``history_save_failed`` is logged at most this often while writes keep failing."""
 
 HISTORY_SKIP_REASON = "history_file_corrupt"
 """The ``records_skipped_total`` reason of a history file that could not be read."""
@@ -157,9 +168,16 @@ class HistoryStore:
     """
 
     def __init__(
-        self, directory: str | os.PathLike[str] | None, *, max_starts: int = HISTORY_SIZE
+        self,
+        directory: str | os.PathLike[str] | None,
+        *,
+        max_starts: int = HISTORY_SIZE,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.directory = Path(directory) if directory is not None else None
+        self.failures_total = 0
+        # like cursor_save_failed: a full or read-only disk fails every flush of every unit
+        self._throttle = Throttle(FAILURE_LOG_INTERVAL_SECONDS, clock)
         self._max = max_starts
         self._records: dict[_Key, tuple[StartupRecord, ...]] = {}
         self._skipped: dict[str, dict[str, int]] = {}
@@ -264,13 +282,20 @@ class HistoryStore:
                 except (OSError, ValueError) as error:
                     with self._state_lock:
                         self._dirty.add((host, unit))
-                    _log.error(
-                        "history_save_failed",
-                        directory=str(self.directory),
-                        host=host,
-                        unit=unit,
-                        error=str(error),
-                    )
+                    self.failures_total += 1
+                    count = self._throttle.admit()
+                    if count is not None:
+                        _log.error(
+                            "history_save_failed",
+                            directory=str(self.directory),
+                            host=host,
+                            unit=unit,
+                            error=str(error),
+                            failures=count,
+                            failures_total=self.failures_total,
+                            detail="kept for the next flush; logged at most every "
+                            f"{FAILURE_LOG_INTERVAL_SECONDS:g} s",
+                        )
                     continue
                 written += 1
             return written

@@ -1283,7 +1283,7 @@ SYSTEMD_MARKERS: tuple[SystemdMarker, ...] = (
     ),
     SystemdMarker(
         _S.UNIT_STARTED,
-        "39f53479d3a045ac8e117862248231bf",
+        "39f53479d3a045ac8e11786248231fbf",
         r"^Started (?P<what>.+?)\.?$",
         "systemd src/core/job.c",
     ),

@@ -37,7 +37,13 @@ from vllm_sentinel.engine.catalog.markers import MarkerMatcher
 from vllm_sentinel.engine.catalog.phases import STARTUP_PHASES, Outcome, Phase
 from vllm_sentinel.engine.counters import UnitCounters
 from vllm_sentinel.engine.decode.record import Record
-from vllm_sentinel.engine.eta import estimate_ready, same_model, startup_record, usual_phase_seconds
+from vllm_sentinel.engine.eta import (
+    estimate_ready,
+    same_model,
+    startup_record,
+    usual_phase_seconds,
+    will_time_out,
+)
 from vllm_sentinel.engine.health import (
     HealthProbeResult,
     HealthTracker,
@@ -46,8 +52,14 @@ from vllm_sentinel.engine.health import (
     is_probed,
     with_probe_readiness,
 )
-from vllm_sentinel.engine.hints import hint_context, hint_for
+from vllm_sentinel.engine.hints import (
+    hint_context,
+    hint_for,
+    weight_cache_units,
+    without_weight_caches,
+)
 from vllm_sentinel.engine.report import iso_utc
+from vllm_sentinel.engine.runtime_modes import watchdog_stalled
 from vllm_sentinel.engine.snapshot import (
     CollectorState,
     GpuDevice,
@@ -557,8 +569,11 @@ class Monitor:
             or usage != host.unit_gpu_bytes
             or placed != host.gpu_processes
         )
+        # what a weight-cache daemon holds is no other process's fault at a start (vllm2026)
+        daemons = weight_cache_units(tracker.snapshot() for tracker in trackers)
+        others = tuple(usage for usage in placed if usage.unit not in daemons)
         for tracker in trackers:
-            changed = self._watch_start(host, tracker, placed, usage[tracker.unit]) or changed
+            changed = self._watch_start(host, tracker, others, usage[tracker.unit]) or changed
         for unit, per_gpu in usage.items():
             growth = host.growth.get(unit)
             if growth is None:
@@ -705,8 +720,12 @@ class Monitor:
             now,
             plan.stall_thresholds,
         )
+        watchdog = watchdog_stalled(current)  # vLLM's watchdog dumped the stack (vllm2026)
+        stalled = stalled or watchdog
         records = self.history.records(plan.name, unit.unit)
-        usual = usual_phase_seconds(same_model(records, current.model), current.phase)
+        usual = usual_phase_seconds(
+            same_model(records, current.model, current.modes.startup_kind), current.phase
+        )
         # a phase a line said ended (markers.PHASE_ENDS) is over: the next one is under way
         slow = (
             not stalled
@@ -723,8 +742,17 @@ class Monitor:
         estimate = None if stalled else estimate_ready(current, records, now)
         eta = estimate.eta_seconds if estimate is not None else None
         overdue = estimate.overdue_seconds if estimate is not None else None
+        expected = estimate.expected_ready_at if estimate is not None and eta is not None else None
+        times_out, timeout, remaining = will_time_out(
+            current, expected, now, unit.ready_timeout_seconds
+        )
+        reason = ("vllm_watchdog" if watchdog else "no_progress") if stalled else None
         if (
-            stalled == unit.stalled
+            times_out == unit.will_time_out
+            and timeout == unit.ready_timeout_seconds
+            and remaining == unit.ready_timeout_remaining_seconds
+            and reason == unit.stall_reason
+            and stalled == unit.stalled
             and slow == unit.slow
             and usual == unit.usual_phase_seconds
             and eta == unit.eta_seconds
@@ -743,6 +771,10 @@ class Monitor:
             ),
             eta_basis=estimate.basis if estimate is not None else None,
             eta_overdue_seconds=overdue,
+            stall_reason=reason,
+            will_time_out=times_out,
+            ready_timeout_seconds=timeout,
+            ready_timeout_remaining_seconds=remaining,
         )
 
     def _decorate(self, host: _Host, unit: UnitSnapshot, now: datetime) -> UnitSnapshot:
@@ -821,7 +853,8 @@ class Monitor:
                 new = unit.counted_crashes[-(counted - before) :] if counted > before else ()
                 for index, crash in enumerate(new):
                     # logged once the root cause is settled (late lines included), as counted
-                    hint = hint_for(crash, hint_context(unit, host.gpu_processes, host.gpus))
+                    processes = without_weight_caches(host.gpu_processes, host.units)
+                    hint = hint_for(crash, hint_context(unit, processes, host.gpus))
                     _log.warning(
                         "unit_crashed",
                         host=host.host,

@@ -28,7 +28,7 @@ escape it.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from types import MappingProxyType
@@ -60,6 +60,8 @@ __all__ = [
     "hint_context",
     "hint_for",
     "runbook_anchor",
+    "weight_cache_units",
+    "without_weight_caches",
 ]
 
 RUNBOOK_PATH = "/runbook"
@@ -118,6 +120,29 @@ class HintContext:
     gpu_total_bytes: Mapping[int, int] = field(default_factory=dict)
     recovered: frozenset[CrashInfo] = frozenset()
     local_times: bool = False
+
+
+def weight_cache_units(units: Iterable[UnitSnapshot]) -> frozenset[str]:
+    """The units whose current incarnation is a weight-cache daemon (``vllm preload``,
+    ``RuntimeModes.role``): they hold model weights for serve units on purpose."""
+    return frozenset(
+        unit.unit
+        for unit in units
+        if unit.current is not None
+        and unit.current.ended_at is None
+        and unit.current.modes.role == "weight_cache"
+    )
+
+
+def without_weight_caches(
+    processes: Iterable[GpuProcessUsage], units: Iterable[UnitSnapshot]
+) -> tuple[GpuProcessUsage, ...]:
+    """``processes`` less those of weight-cache daemons (``weight_cache_units``): their memory
+    is the weights serve units map, never "another process holding the GPU" in a hint."""
+    daemons = weight_cache_units(units)
+    if not daemons:
+        return tuple(processes)
+    return tuple(usage for usage in processes if usage.unit not in daemons)
 
 
 def hint_context(
@@ -639,6 +664,22 @@ _SIZE = r"[\d.]+ ?[KMGT]?i?B"
 _D = "dependency_mismatch"
 
 MESSAGE_HINTS: tuple[MessageHint, ...] = (
+    # vLLM's engine ready timeout ran out (vllm2026): the message says how long it waited
+    MessageHint(
+        "engine_ready_timeout",
+        frozenset({"timeout"}),
+        r"Timed out waiting for (?:new )?engine core processes to start\..*?Waited "
+        r"(?P<waited>\d{1,7})s \(configured by VLLM_ENGINE_READY_TIMEOUT_S\)",
+        "vLLM gave up after its engine ready timeout, {waited} s, while the engine was still "
+        "starting: raise `VLLM_ENGINE_READY_TIMEOUT_S` above the unit's startup time "
+        "(`systemctl edit {unit}`, `Environment=VLLM_ENGINE_READY_TIMEOUT_S=SECONDS`) and "
+        "restart it; if the start was stuck rather than slow, see a stalled load.",
+        "vllm/v1/engine/core_client.py (MPClient, 0.17.1–0.33.0)",
+        "TimeoutError: Timed out waiting for engine core processes to start. This is often "
+        "caused by slow weight loading for large models. Waited 600s (configured by "
+        "VLLM_ENGINE_READY_TIMEOUT_S). To increase the timeout, set the environment variable: "
+        "VLLM_ENGINE_READY_TIMEOUT_S=<seconds>",
+    ),
     MessageHint(
         "version_pair",
         frozenset({_D}),

@@ -26,6 +26,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import replace
 from datetime import datetime, timedelta
 from fnmatch import fnmatchcase
 from types import MappingProxyType
@@ -71,8 +72,16 @@ from vllm_sentinel.engine.incarnation import (
 )
 from vllm_sentinel.engine.line_clock import LineClock
 from vllm_sentinel.engine.routing import Incarnations
+from vllm_sentinel.engine.runtime_modes import (
+    MODE_EVENTS,
+    NOT_PROGRESS,
+    READY_TIMEOUT_NEEDLE,
+    apply_mode_event,
+    read_ready_timeout,
+    watchdog_stalled,
+)
 from vllm_sentinel.engine.seen_cursors import SeenCursors
-from vllm_sentinel.engine.snapshot import PhaseEntry, UnitSnapshot
+from vllm_sentinel.engine.snapshot import PhaseEntry, RuntimeModes, UnitSnapshot
 from vllm_sentinel.engine.tracebacks import ExceptionEvent, TracebackAssembler
 
 __all__ = ["BENIGN_LINES_KEPT", "RECENT_EVENTS_KEPT", "TrackerSet", "UnitTracker"]
@@ -107,6 +116,7 @@ _PLAIN_EVENTS: Final = frozenset(Event) - {
     Event.PROCESS_STARTED,
     Event.SHUTDOWN,
     Event.SHUTDOWN_COMPLETE,
+    *MODE_EVENTS,  # runtime_modes: sleep, weight cache, startup plan, watchdog (vllm2026)
 }
 _BAR_EVENTS: Final = frozenset({Event.WEIGHTS_PROGRESS, Event.GRAPH_CAPTURE_PROGRESS})  # tqdm bars
 _MANAGER_IDENTS: Final = frozenset({"systemd", "kernel"})
@@ -202,6 +212,7 @@ class UnitTracker:
         self._phase_durations: dict[Phase, float] = {}
         self._startup_duration: float | None = None
         self._snapshot: UnitSnapshot | None = None  # the last snapshot, while nothing changed
+        self._ready_timeout: float | None = None  # VLLM_ENGINE_READY_TIMEOUT_S as last shown
 
     @property
     def counting(self) -> bool:
@@ -454,8 +465,17 @@ class UnitTracker:
             self._incs.claim_pid(incarnation, pid)
         if rank is not None and (incarnation.max_rank is None or rank > incarnation.max_rank):
             incarnation.max_rank = rank
-        if event is not Event.HEARTBEAT:
+        if event is not Event.HEARTBEAT and event not in NOT_PROGRESS:
             incarnation.last_progress_at = time
+        if READY_TIMEOUT_NEEDLE in body:
+            # the unit's environment: later starts keep it until a line says otherwise; a line
+            # after an incarnation ended (a launcher's trace before the next banner) is the
+            # next start's, not the ended one's
+            shown = read_ready_timeout(RuntimeModes(), body).ready_timeout_seconds
+            if shown is not None:
+                self._ready_timeout = shown
+                if not incarnation.ended:
+                    incarnation.modes = replace(incarnation.modes, ready_timeout_seconds=shown)
         if started:
             if not has_header:
                 self._on_uncaught_traceback(incarnation, pid, time)
@@ -726,6 +746,9 @@ class UnitTracker:
                 else:
                     incarnation.mark_fatal()
             return
+        if event in MODE_EVENTS:
+            self._on_mode(incarnation, found, time)
+            return
         if event is Event.PROCESS_STARTED:
             incarnation.has_banner = True
             incarnation.start_seen = True
@@ -749,6 +772,19 @@ class UnitTracker:
             if incarnation.phase is not before and incarnation.evidence:
                 # the process went on to a later phase: what it printed before did not end it
                 self._crashes.survived(incarnation, pid)
+
+    def _on_mode(self, incarnation: Incarnation, found: MarkerMatch, time: datetime | None) -> None:
+        """A line of sleep, weight cache, startup plan or watchdog (``runtime_modes``)."""
+        marker, groups = found
+        if incarnation.ended:
+            return
+        incarnation.modes = apply_mode_event(incarnation.modes, marker.event, groups, time)
+        if marker.event is Event.WOKE_UP:
+            if incarnation.modes.sleeping_since is None and incarnation.wake(time):
+                self._snapshot = None
+            return
+        if marker.phase is not None:
+            self._advance(incarnation, marker.phase, time)
 
     def _on_exception(
         self,
@@ -903,7 +939,12 @@ class UnitTracker:
             self._phase_durations[previous.phase] = max(
                 0.0, (entered - previous.entered_at).total_seconds()
             )
-        if phase is Phase.READY and incarnation.started_at is not None and entered is not None:
+        if (
+            phase is Phase.READY
+            and previous.phase is not Phase.SLEEPING
+            and incarnation.started_at is not None
+            and entered is not None
+        ):
             self._startup_duration = max(0.0, (entered - incarnation.started_at).total_seconds())
 
     # --- output --------------------------------------------------------------------------
@@ -942,7 +983,11 @@ class UnitTracker:
             recent_starts=tuple(self._incs.recent_starts),
             recent_crashes=tuple(crashes.recent_crashes),
             earlier=crashes.earlier(),
+            ready_timeout_seconds=self._ready_timeout,
         )
+        if incarnations and watchdog_stalled(incarnations[-1]):
+            # vLLM's own watchdog dumped the stack and nothing moved since (runtime_modes)
+            self._snapshot = replace(self._snapshot, stalled=True, stall_reason="vllm_watchdog")
         return self._snapshot
 
 

@@ -106,6 +106,7 @@ FIELD_SHAPES: Mapping[str, str] = MappingProxyType(
         "gpu_name": "words",
         "architectures": "words",
         "arguments": "arguments",
+        "waited": "integer",  # the engine ready timeout's seconds (hints: engine_ready_timeout)
     }
 )
 """Every field a ``hints.MESSAGE_HINTS`` pattern captures → the kind of value it must be."""

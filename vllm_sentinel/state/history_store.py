@@ -85,6 +85,8 @@ class _StartModel(BaseModel):
     model: str | None = Field(default=None, max_length=256)
     vllm_version: str | None = Field(default=None, max_length=64)
     tensor_parallel_size: int | None = Field(default=None, ge=1)
+    # how it loaded (RuntimeModes.startup_kind, vllm2026); absent in older files: a full load
+    startup_kind: Literal["full", "weight_cache", "startup_plan"] = "full"
 
 
 class _FileModel(BaseModel):
@@ -122,7 +124,23 @@ def _record(item: _StartModel) -> StartupRecord:
         model=item.model,
         vllm_version=item.vllm_version,
         tensor_parallel_size=item.tensor_parallel_size,
+        startup_kind=item.startup_kind,
     )
+
+
+def _start(record: StartupRecord) -> dict[str, object]:
+    start: dict[str, object] = {
+        "started_at": record.started_at,
+        "ready_at": record.ready_at,
+        "phase_seconds": {phase.value: seconds for phase, seconds in record.phase_seconds.items()},
+        "invocation_id": record.invocation_id,
+        "model": record.model,
+        "vllm_version": record.vllm_version,
+        "tensor_parallel_size": record.tensor_parallel_size,
+    }
+    if record.startup_kind != "full":
+        start["startup_kind"] = record.startup_kind  # older readers ignore it
+    return start
 
 
 def _document(host: str, unit: str, records: tuple[StartupRecord, ...]) -> bytes:
@@ -131,20 +149,7 @@ def _document(host: str, unit: str, records: tuple[StartupRecord, ...]) -> bytes
             "format": _FORMAT,
             "host": host,
             "unit": unit,
-            "starts": [
-                {
-                    "started_at": record.started_at,
-                    "ready_at": record.ready_at,
-                    "phase_seconds": {
-                        phase.value: seconds for phase, seconds in record.phase_seconds.items()
-                    },
-                    "invocation_id": record.invocation_id,
-                    "model": record.model,
-                    "vllm_version": record.vllm_version,
-                    "tensor_parallel_size": record.tensor_parallel_size,
-                }
-                for record in records
-            ],
+            "starts": [_start(record) for record in records],
         },
         option=orjson.OPT_INDENT_2 | orjson.OPT_UTC_Z,
     )

@@ -178,6 +178,26 @@ class TestPhases:
         assert item.furthest_phase is Phase.PROFILING_KV_CACHE
         assert item.outcome is Outcome.CRASHED
 
+    def test_a_failure_inside_torch_compile_under_profile_run_is_compiling(self) -> None:
+        """V1 compiles inside the first profile_run: an OOM raised in TorchInductor's autotune
+        there (the frames of validation set 502, github.com/Kelsidavis/rusteze vllm.log, vLLM
+        0.13, torch 2.9) crashed while compiling, not profiling."""
+        torch = "/usr/local/lib/python3.12/dist-packages/torch"
+        inner = [
+            ("_dynamo/eval_frame.py", 845, "compile_wrapper"),
+            ("_inductor/compile_fx.py", 990, "_compile_fx_inner"),
+            ("_inductor/graph.py", 2271, "codegen"),
+            ("_inductor/codegen/wrapper.py", 1695, "generate_and_run_autotune_block"),
+        ]
+        lines = _profile_run_oom()
+        lines[-1:-1] = [
+            f'{_ERR}  File "{torch}/{path}", line {n}, in {func}' for path, n, func in inner
+        ]
+        item = _replay(lines).incarnations[-1]
+        assert item.crash is not None
+        assert item.crash.cause is CrashCause.CUDA_OOM
+        assert item.crash.phase is Phase.COMPILING
+
     def test_frames_never_move_a_crash_back(self) -> None:
         """A load_model frame under a later marker leaves the marker's phase."""
         lines = _profile_run_oom()

@@ -8,8 +8,10 @@ that a row here names gives the phase, and the tracker uses it when it is *later
 phase the markers reached (``tracker``).
 
 Rows are (phase, regex over a frame line ``  File "…/vllm/<path>.py", line N, in <function>``,
-source, releases). Functions that run in several phases (``_dummy_run``, ``execute_model``,
-a model's ``forward``) have no row: only the callers that name one phase do.
+source, releases); torch.compile's own compile path (``torch/_inductor``, ``torch/_dynamo``)
+names compiling too, so a failure inside it under ``profile_run`` stays in compiling. Functions
+that run in several phases (``_dummy_run``, ``execute_model``, a model's ``forward``) have no
+row: only the callers that name one phase do.
 """
 
 from __future__ import annotations
@@ -68,6 +70,17 @@ FRAME_PHASES: tuple[FramePhase, ...] = (
         "0.6.6–0.33.0",
     ),
     FramePhase(
+        Phase.COMPILING,
+        r"/torch/_(?:inductor/(?:compile_fx|graph|scheduler|lowering|select_algorithm"
+        r"|autotune_process|codecache|codegen/[\w/]+)|dynamo/(?:convert_frame|symbolic_convert"
+        r'|output_graph))\.py", line \d+, in \w+$',
+        "torch/_inductor (compile_fx, graph, scheduler, lowering, select_algorithm, codegen/*), "
+        "torch/_dynamo (convert_frame, symbolic_convert, output_graph): torch.compile's own "
+        "compile path (never the compiled graph's run: runtime/, eval_frame), under vLLM's "
+        "first profile_run in V1",
+        "torch 2.4–2.9 (vLLM 0.6.6–0.33.0)",
+    ),
+    FramePhase(
         Phase.PROFILING_KV_CACHE,
         _RUNNER + r"(?:profile_run|determine_available_memory|determine_num_available_blocks"
         r"|_initialize_kv_caches|initialize_kv_cache|initialize_from_config|initialize_cache"
@@ -97,7 +110,11 @@ FRAME_PHASES: tuple[FramePhase, ...] = (
 
 def frame_phase(frame: str) -> Phase | None:
     """The phase a frame line (``  File "…", line N, in f``) names, or ``None``."""
-    if "/vllm/" not in frame:
+    if (
+        "/vllm/" not in frame
+        and "/torch/_inductor/" not in frame
+        and "/torch/_dynamo/" not in frame
+    ):
         return None
     for row in FRAME_PHASES:
         if row.regex.search(frame):

@@ -10,6 +10,7 @@ Every line here is real, from the threads each test names (none is in tests/gold
 from __future__ import annotations
 
 from vllm_sentinel.engine.catalog.causes import CrashCause, EvidenceKind, classify_frames
+from vllm_sentinel.engine.catalog.phases import Phase
 from vllm_sentinel.engine.snapshot import UnitSnapshot
 from vllm_sentinel.engine.tracebacks import CutTraceback, TracebackAssembler
 from vllm_sentinel.replay import replay
@@ -94,7 +95,9 @@ class TestAssembler:
             assembler.feed(6880, line[len(_P) :], None, False)
         cut = assembler.cut(6880)
         assert cut == CutTraceback(
-            (_KV_CUT[1][len(_P) :], _KV_CUT[6][len(_P) :]), "raise ValueError("
+            (_KV_CUT[1][len(_P) :], _KV_CUT[6][len(_P) :]),
+            "raise ValueError(",
+            Phase.PROFILING_KV_CACHE,
         )
 
     def test_an_exception_line_closes_it(self) -> None:
@@ -112,6 +115,12 @@ class TestTracker:
         assert crash.cause is CrashCause.KV_CACHE_INSUFFICIENT
         assert crash.exception == "ValueError"
         assert "traceback cut before its exception line" in crash.message
+
+    def test_its_frames_name_the_phase(self) -> None:
+        """``get_kv_cache_configs`` → ``check_enough_kv_cache_memory``: sizing the KV cache."""
+        crash = _replay(_KV_CUT).incarnations[-1].crash
+        assert crash is not None
+        assert crash.phase is Phase.PROFILING_KV_CACHE
 
     def test_the_exception_line_replaces_the_frames(self) -> None:
         """vllm-project/vllm#27508 turn 2 as printed: its real exception line is the cause."""

@@ -99,10 +99,13 @@ class CutTraceback(NamedTuple):
             (``  File "…/kv_cache_utils.py", line 699, in check_enough_kv_cache_memory``).
         source: the source line printed under the innermost frame, stripped
             (``raise ValueError("No available memory for the cache blocks. "``), or ``None``.
+        phase: the startup phase the innermost vLLM frame that names one ran in
+            (``frames.FRAME_PHASES``), if any.
     """
 
     frames: tuple[str, ...]
     source: str | None
+    phase: Phase | None = None
 
 
 _OPEN: Final = frozenset({_State.FRAMES, _State.CHAIN})
@@ -181,7 +184,7 @@ class TracebackAssembler:
             return None
         if not stream.frames:
             return None
-        return CutTraceback(stream.frames, stream.source)
+        return CutTraceback(stream.frames, stream.source, stream.phase)
 
     def context_of(self, key: object) -> str | None:
         """The last plain line the stream printed (what a traceback would be about)."""

@@ -596,6 +596,8 @@ class UnitTracker:
             is_request_error("", "", context) or self._benign.matches(context)
         ):
             return
+        if cut.phase is not None:
+            self._raised_in(incarnation, cut.phase, time)  # the frames say where it ran
         cause, exception, message = classify_frames(cut.frames, cut.source)
         evidence = None
         if cause is not CrashCause.UNKNOWN:

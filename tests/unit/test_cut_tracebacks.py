@@ -122,6 +122,14 @@ class TestTracker:
         assert crash is not None
         assert crash.phase is Phase.PROFILING_KV_CACHE
 
+    def test_frames_of_a_stop_name_no_phase_and_no_cause(self) -> None:
+        """The same frames ended by ``KeyboardInterrupt`` (Ctrl-C during startup): a stop;
+        the frames' phase and cause were only provisional."""
+        unit = _replay([*_KV_CUT, f"{_P}KeyboardInterrupt"])
+        incarnation = unit.incarnations[-1]
+        assert incarnation.crash is None
+        assert incarnation.furthest_phase is not Phase.PROFILING_KV_CACHE
+
     def test_the_exception_line_replaces_the_frames(self) -> None:
         """vllm-project/vllm#27508 turn 2 as printed: its real exception line is the cause."""
         line = (

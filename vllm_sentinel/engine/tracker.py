@@ -193,7 +193,8 @@ class UnitTracker:
         # PID → the evidence its open traceback's innermost frames gave (``_on_frames``), and
         # the frame and source line it was read from: the exception line replaces it
         self._frame_stand_ins: dict[
-            int | None, tuple[Incarnation, Evidence | None, tuple[str, str | None]]
+            int | None,
+            tuple[Incarnation, Evidence | None, tuple[str, str | None], Phase | None],
         ] = {}
         # PID → its last ERROR line kept as evidence (``_on_error_line``), which a stand-in
         # replaces (``_stand_in``)
@@ -325,6 +326,8 @@ class UnitTracker:
     def finish(self) -> None:
         """End of input (replay): confirm pending crashes, end stops in progress, settle all."""
         self._snapshot = None
+        for pid in list(self._frame_stand_ins):
+            self._frames_cut(pid)  # a traceback open at the end of input was cut there
         for incarnation in self._incs.items:
             if incarnation.ended:
                 continue
@@ -497,6 +500,13 @@ class UnitTracker:
         if exception is not None:
             if self._frame_stand_ins:
                 self._drop_frames(pid)
+        elif (
+            self._frame_stand_ins
+            and pid in self._frame_stand_ins
+            and (started or not self._tracebacks.is_open(pid))
+        ):
+            self._frames_cut(pid)  # it ended, or a new one began, without an exception line
+        if exception is not None:
             if self._stand_ins and not exception.chained:
                 self._drop_stand_in(pid)
             self._on_exception(incarnation, exception, kind, role, time, pid)
@@ -596,8 +606,6 @@ class UnitTracker:
             is_request_error("", "", context) or self._benign.matches(context)
         ):
             return
-        if cut.phase is not None:
-            self._raised_in(incarnation, cut.phase, time)  # the frames say where it ran
         cause, exception, message = classify_frames(cut.frames, cut.source)
         evidence = None
         if cause is not CrashCause.UNKNOWN:
@@ -619,14 +627,22 @@ class UnitTracker:
             )
         if len(self._frame_stand_ins) >= _MAX_TRACE_OWNERS and pid not in self._frame_stand_ins:
             del self._frame_stand_ins[next(iter(self._frame_stand_ins))]
-        self._frame_stand_ins[pid] = (incarnation, evidence, key)
+        self._frame_stand_ins[pid] = (incarnation, evidence, key, cut.phase)
+
+    def _frames_cut(self, pid: int | None) -> None:
+        """Stream ``pid``'s traceback ended without its exception line (another line of it
+        came, or the input ended): its stand-in stays, and the phase its frames name is the
+        phase it was raised in (never before: the exception line may say a stop)."""
+        held = self._frame_stand_ins.pop(pid, None)
+        if held is not None and held[3] is not None:
+            self._raised_in(held[0], held[3], held[0].last_record_at)
 
     def _drop_frames(self, pid: int | None) -> None:
         """The exception line arrived (or deeper frames): the frames' stand-in is no longer
         evidence."""
         held = self._frame_stand_ins.pop(pid, None)
         if held is not None:
-            incarnation, evidence, _ = held
+            incarnation, evidence, _, _ = held
             if evidence is not None and evidence in incarnation.evidence:
                 incarnation.evidence.remove(evidence)
 

@@ -210,6 +210,37 @@ class TestGlued:
             f"{V085_LINES[0]}|{V085_LINES[1]}"
         ]
 
+    def test_prefixed_records_glued_with_nothing_between(self) -> None:
+        """Newlines lost with nothing in their place: each record right after the last one's
+        text (vast-ai/base-image#128, the paste's lines after the exception; and 035's
+        records so glued). The line's own process prefix, pid and all, starts a record."""
+        lines = [
+            "(APIServer pid=2960) use of the following exception:",
+            "(APIServer pid=2960) Traceback (most recent call last):",
+            '(APIServer pid=2960)   File "/usr/local/bin/vllm", line 10, in <module>',
+            "(APIServer pid=2960)     sys.exit(main())",
+            "(APIServer pid=2960)              ^^^^^^",
+        ]
+        assert split_records("".join(lines)) == lines
+        assert split_records("".join(ENGINE_LINES)) == ENGINE_LINES
+
+    def test_another_process_prefix_after_text_is_text(self) -> None:
+        """Only the line's own prefix is a glue without a blank: a message that quotes
+        another process's line right after a quote mark stays one record."""
+        quoting = (
+            "(APIServer pid=1) ERROR 05-05 14:36:28 [core.py:396] unexpected line:"
+            '"(EngineCore_DP0 pid=17374) Process EngineCore_DP0:"'
+        )
+        assert split_records(quoting) == [quoting]
+
+    def test_glued_with_nothing_between_replays_the_crash(self) -> None:
+        """035's records glued with nothing between: the crash and its cause come back."""
+        (unit,) = replay([["".join(ENGINE_LINES).encode() + b"\n"]]).units
+        crash = unit.incarnations[-1].crash
+        assert crash is not None
+        assert crash.exception == "ValueError"
+        assert crash.message.startswith("Free memory on device (3.22/4.0 GiB) on startup")
+
     def test_a_prefix_and_its_header_are_one_head(self) -> None:
         """``(Worker_TP0 pid=N) INFO …`` is one record, as are stacked Ray/vLLM prefixes."""
         assert split_records(WORKER_LINE) == [WORKER_LINE]

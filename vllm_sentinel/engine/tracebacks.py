@@ -30,7 +30,7 @@ from vllm_sentinel.engine.catalog.announcements import is_announcement
 from vllm_sentinel.engine.catalog.frames import frame_phase
 from vllm_sentinel.engine.catalog.phases import Phase
 
-__all__ = ["ExceptionEvent", "TracebackAssembler"]
+__all__ = ["CutTraceback", "ExceptionEvent", "TracebackAssembler"]
 
 _TRACEBACK: Final = "Traceback (most recent call last):"
 _CHAIN_STARTS: Final = (
@@ -88,14 +88,41 @@ class ExceptionEvent(NamedTuple):
     phase: Phase | None = None
 
 
+class CutTraceback(NamedTuple):
+    """The innermost frames of a traceback still open (no exception line yet).
+
+    A paste, a search index or a dying process often ends a traceback before its exception
+    line; its innermost frames still say where it was raised.
+
+    Attributes:
+        frames: the last ``_INNER_FRAMES`` frame lines read, outermost first
+            (``  File "…/kv_cache_utils.py", line 699, in check_enough_kv_cache_memory``).
+        source: the source line printed under the innermost frame, stripped
+            (``raise ValueError("No available memory for the cache blocks. "``), or ``None``.
+        phase: the startup phase the innermost vLLM frame that names one ran in
+            (``frames.FRAME_PHASES``), if any.
+    """
+
+    frames: tuple[str, ...]
+    source: str | None
+    phase: Phase | None = None
+
+
 _OPEN: Final = frozenset({_State.FRAMES, _State.CHAIN})
+_INNER_FRAMES: Final = 3  # innermost frames kept per open traceback (bounded state)
+_MARKS: Final = frozenset("^~ ")  # CPython 3.11+ position marks under a source line
 
 
 class _Stream:
-    __slots__ = ("chained", "context", "frame", "logged", "phase", "quiet", "state", "survivor")
+    __slots__ = (
+        "chained", "context", "frame", "frames", "logged", "phase", "quiet", "source", "state",
+        "survivor",
+    )  # fmt: skip
 
     def __init__(self) -> None:
         self.frame: str | None = None  # the last ``  File "…"`` line of the traceback
+        self.frames: tuple[str, ...] = ()  # the innermost frames (``_INNER_FRAMES``)
+        self.source: str | None = None  # the source line under the innermost frame
         self.phase: Phase | None = None  # the phase its innermost vLLM frame with one names
         self.quiet: str | None = None  # the level of a traceback logged at INFO/WARNING/DEBUG
         self.survivor = False  # kept open across a new process's banner (``reset``)
@@ -149,6 +176,16 @@ class TracebackAssembler:
         stream = self._streams.get(key)
         return stream is not None and stream.state in _OPEN and stream.quiet is None
 
+    def cut(self, key: object) -> CutTraceback | None:
+        """The innermost frames of stream ``key``'s open traceback, or ``None`` when it has no
+        open traceback with a frame (see ``CutTraceback``)."""
+        stream = self._streams.get(key)
+        if stream is None or stream.state is not _State.FRAMES or stream.quiet is not None:
+            return None
+        if not stream.frames:
+            return None
+        return CutTraceback(stream.frames, stream.source, stream.phase)
+
     def context_of(self, key: object) -> str | None:
         """The last plain line the stream printed (what a traceback would be about)."""
         stream = self._streams.get(key)
@@ -186,6 +223,8 @@ class TracebackAssembler:
             stream.chained = stream.state is _State.CHAIN
             stream.state = _State.FRAMES
             stream.frame = None
+            stream.frames = ()
+            stream.source = None
             stream.phase = None
             stream.logged = has_header
             stream.quiet = level if has_header and level in _QUIET_LEVELS else None
@@ -208,9 +247,15 @@ class TracebackAssembler:
                     return False, None, False
                 if body.startswith('  File "'):
                     stream.frame = body[:_MAX_FRAME]
+                    stream.frames = (*stream.frames[1 - _INNER_FRAMES :], stream.frame)
+                    stream.source = None
                     phase = frame_phase(body)
                     if phase is not None:
                         stream.phase = phase  # frames run outermost first: the last one wins
+                elif stream.source is None and stream.frames:
+                    source = body.strip()
+                    if source and not _MARKS.issuperset(source):
+                        stream.source = source[:_MAX_FRAME]  # the frame's first source line
                 return True, None, False
             if has_header and level not in _ERROR_LEVELS:
                 return False, None, False  # another thread's log line in between: not ours
@@ -263,6 +308,8 @@ class TracebackAssembler:
             stream = stream or self._stream(key)
             stream.state = _State.FRAMES
             stream.frame = body[:_MAX_FRAME]
+            stream.frames = (stream.frame,)
+            stream.source = None
             stream.phase = frame_phase(body)
             stream.logged = has_header
             stream.chained = False

@@ -40,6 +40,7 @@ from vllm_sentinel.engine.catalog.causes import (
     EvidenceKind,
     bare_raise_cause,
     classify_exception,
+    classify_frames,
     is_engine_dead,
     is_request_error,
     is_stop_request,
@@ -189,6 +190,12 @@ class UnitTracker:
         # stand-in evidence made of it when a logged traceback followed (see _stand_in)
         self._last_error: dict[int | None, str] = {}
         self._stand_ins: dict[int | None, tuple[Incarnation, Evidence]] = {}
+        # PID → the evidence its open traceback's innermost frames gave (``_on_frames``), and
+        # the frame and source line it was read from: the exception line replaces it
+        self._frame_stand_ins: dict[
+            int | None,
+            tuple[Incarnation, Evidence | None, tuple[str, str | None], Phase | None],
+        ] = {}
         # PID → its last ERROR line kept as evidence (``_on_error_line``), which a stand-in
         # replaces (``_stand_in``)
         self._error_lines: dict[int | None, tuple[str, Evidence]] = {}
@@ -319,6 +326,8 @@ class UnitTracker:
     def finish(self) -> None:
         """End of input (replay): confirm pending crashes, end stops in progress, settle all."""
         self._snapshot = None
+        for pid in list(self._frame_stand_ins):
+            self._frames_cut(pid)  # a traceback open at the end of input was cut there
         for incarnation in self._incs.items:
             if incarnation.ended:
                 continue
@@ -486,6 +495,17 @@ class UnitTracker:
                     self._on_reported_traceback(incarnation, pid, source)
         if consumed:
             read_path_version(incarnation, body)  # a version line may be before the excerpt
+            if exception is None and body.startswith(" "):
+                self._on_frames(incarnation, pid, time)
+        if exception is not None:
+            if self._frame_stand_ins:
+                self._drop_frames(pid)
+        elif (
+            self._frame_stand_ins
+            and pid in self._frame_stand_ins
+            and (started or not self._tracebacks.is_open(pid))
+        ):
+            self._frames_cut(pid)  # it ended, or a new one began, without an exception line
         if exception is not None:
             if self._stand_ins and not exception.chained:
                 self._drop_stand_in(pid)
@@ -530,6 +550,8 @@ class UnitTracker:
             return
         if is_announcement(message):
             return  # it says that something failed, not what
+        if message[:1].isspace():
+            return  # an indented line (a source line, ``^^^^`` marks): a cut traceback's inside
         kept = self._error_lines.pop(pid, None)
         if kept is not None and kept[0] == message and kept[1] in incarnation.evidence:
             incarnation.evidence.remove(kept[1])  # it becomes the stand-in below
@@ -562,6 +584,67 @@ class UnitTracker:
         if len(self._error_lines) >= _MAX_TRACE_OWNERS and pid not in self._error_lines:
             del self._error_lines[next(iter(self._error_lines))]
         self._error_lines[pid] = (body, evidence)
+
+    def _on_frames(self, incarnation: Incarnation, pid: int | None, time: datetime | None) -> None:
+        """A frame (or its source line) of an open traceback was read: until its exception
+        line arrives, its innermost frames are evidence of what failed
+        (``causes.classify_frames``, kind ``FRAMES``: below any real exception line, above
+        wrappers). A paste, a search index or a dying process often ends a traceback there.
+        """
+        cut = self._tracebacks.cut(pid)
+        if cut is None:
+            return
+        key = (cut.frames[-1], cut.source)
+        held = self._frame_stand_ins.get(pid)
+        if held is not None and held[2] == key:
+            return
+        self._drop_frames(pid)
+        if incarnation.stop_requested or incarnation.outcome is Outcome.STOPPED:
+            return
+        context = self._tracebacks.context_of(pid)
+        if context is not None and (
+            is_request_error("", "", context) or self._benign.matches(context)
+        ):
+            return
+        cause, exception, message = classify_frames(cut.frames, cut.source)
+        evidence = None
+        if cause is not CrashCause.UNKNOWN:
+            shown = (
+                f"{message} … (traceback cut before its exception line)"
+                if message
+                else f"traceback cut before its exception line; innermost frame: "
+                f"{cut.frames[-1].strip()}"
+            )
+            evidence = self._crashes.add_evidence(
+                incarnation,
+                cause,
+                EvidenceKind.FRAMES,
+                exception,
+                shown,
+                time,
+                pid=pid,
+                survivable=True,
+            )
+        if len(self._frame_stand_ins) >= _MAX_TRACE_OWNERS and pid not in self._frame_stand_ins:
+            del self._frame_stand_ins[next(iter(self._frame_stand_ins))]
+        self._frame_stand_ins[pid] = (incarnation, evidence, key, cut.phase)
+
+    def _frames_cut(self, pid: int | None) -> None:
+        """Stream ``pid``'s traceback ended without its exception line (another line of it
+        came, or the input ended): its stand-in stays, and the phase its frames name is the
+        phase it was raised in (never before: the exception line may say a stop)."""
+        held = self._frame_stand_ins.pop(pid, None)
+        if held is not None and held[3] is not None:
+            self._raised_in(held[0], held[3], held[0].last_record_at)
+
+    def _drop_frames(self, pid: int | None) -> None:
+        """The exception line arrived (or deeper frames): the frames' stand-in is no longer
+        evidence."""
+        held = self._frame_stand_ins.pop(pid, None)
+        if held is not None:
+            incarnation, evidence, _, _ = held
+            if evidence is not None and evidence in incarnation.evidence:
+                incarnation.evidence.remove(evidence)
 
     def _drop_stand_in(self, pid: int | None) -> None:
         """The real exception line arrived: its message's stand-in is no longer evidence."""

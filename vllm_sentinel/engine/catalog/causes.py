@@ -48,6 +48,7 @@ __all__ = [
     "catalog_cause",
     "choose_root_cause",
     "classify_exception",
+    "classify_frames",
     "is_engine_dead",
     "is_request_error",
     "is_stop_request",
@@ -91,9 +92,10 @@ class EvidenceKind(IntEnum):
     """How much a piece of evidence says about the root cause; lower ranks first."""
 
     REAL = 0  # the failure itself
-    WRAPPER = 1  # a message that points at an earlier failure
-    NOISE = 2  # what breaks after a failure (sockets, queues)
-    SIGNAL = 3  # only an exit status or a signal
+    FRAMES = 1  # a traceback cut before its exception line: its innermost frames name it
+    WRAPPER = 2  # a message that points at an earlier failure
+    NOISE = 3  # what breaks after a failure (sockets, queues)
+    SIGNAL = 4  # only an exit status or a signal
 
 
 @dataclass(frozen=True, slots=True)
@@ -461,6 +463,57 @@ def classify_exception(
     if _NOISE.search(text):
         return cause, EvidenceKind.NOISE
     return cause, EvidenceKind.REAL
+
+
+# the source line under a frame that raises: ``raise ValueError("No available memory … "``,
+# ``raise RuntimeError(f"Failed to … {name}"`` (the literal's text up to its first value)
+_RAISE_SOURCE: Final = re.compile(
+    r"""raise (?P<cls>(?:[A-Za-z_]\w*\.){0,6}[A-Za-z_]\w*)\((?:\s*[fFrRbBuU]{0,2}"""
+    r"""(?P<quote>["'])(?P<text>(?:(?!(?P=quote))[^\\{]|\\.)*))?"""
+)
+
+
+def classify_frames(frames: Sequence[str], source: str | None) -> tuple[CrashCause, str, str]:
+    """Classify a traceback cut before its exception line by its innermost frames.
+
+    Args:
+        frames: the innermost frame lines, outermost first (``tracebacks.CutTraceback``).
+        source: the source line under the innermost frame, if printed.
+
+    In this order: (a) a source line ``raise X("…`` whose literal's head matches a catalog
+    template → that row's cause; (b) else the innermost frame's raise site, when every catalog
+    row raised there means one cause (``FailureCatalog.cause_at_site``); (c) else
+    ``FRAME_RULES`` over the frames, innermost first.
+
+    Returns:
+        ``(cause, exception, message)``: ``UNKNOWN`` when the frames name none; for (a) the
+        class and the literal's head the ``raise`` prints, else ``("", "")``.
+    """
+    if not frames:
+        return CrashCause.UNKNOWN, "", ""
+    innermost = frames[-1]
+    site = site_of(innermost)
+    raised = _RAISE_SOURCE.search(source) if source else None
+    if raised is not None:
+        exception = raised.group("cls")
+        quote = raised.group("quote") or ""
+        head = (raised.group("text") or "").replace("\\" + quote, quote) if quote else ""
+        found = CATALOG.match(head, exception, site) if head.strip() else None
+        if found is not None:
+            return CrashCause(found.row.cause), exception, head.rstrip()
+        if site is not None:
+            at_site = CATALOG.cause_at(site, exception)
+            if at_site is not None:
+                return CrashCause(at_site), exception, head.rstrip()
+    if site is not None:
+        at_site = CATALOG.cause_at_site(site)
+        if at_site is not None:
+            return CrashCause(at_site), "", ""
+    for frame in reversed(frames):
+        for candidate, pattern in _FRAME_RULES:
+            if pattern.search(frame):
+                return candidate, "", ""
+    return CrashCause.UNKNOWN, "", ""
 
 
 def is_engine_dead(exception: str, message: str) -> bool:

@@ -27,7 +27,10 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Final
 
-__all__ = ["CATALOG", "FailureCatalog", "FailureRow", "TemplateMatch", "load_rows", "site_of"]
+__all__ = [
+    "CATALOG", "FailureCatalog", "FailureRow", "TemplateMatch", "load_rows", "site_of",
+    "unknown_sites",
+]  # fmt: skip
 
 _DATA: Final = "failures.tsv"
 _COLUMNS: Final = (
@@ -165,7 +168,9 @@ class FailureCatalog:
         rows: the catalog's rows (``load_rows()``).
     """
 
-    def __init__(self, rows: tuple[FailureRow, ...]) -> None:
+    def __init__(
+        self, rows: tuple[FailureRow, ...], mixed_sites: frozenset[str] = frozenset()
+    ) -> None:
         self.rows = rows
         by_text: dict[str, list[FailureRow]] = {}
         for row in rows:
@@ -198,6 +203,17 @@ class FailureCatalog:
         # a raise site whose rows (of one exception class) all mean one known cause
         self._sites = {
             f"{row.raised_in}|{row.exception}": row.cause for row in rows if row.site_sole
+        }
+        # a raise site whose rows (every class) all mean one known cause: its sole rows agree,
+        # and no row there is of another class's mix or of unknown cause (``mixed_sites``)
+        by_site: dict[str, set[str]] = {}
+        for row in rows:
+            if row.kind == "raise":
+                by_site.setdefault(row.raised_in, set()).add(row.cause if row.site_sole else "")
+        self._whole_sites = {
+            site: next(iter(causes))
+            for site, causes in by_site.items()
+            if len(causes) == 1 and "" not in causes and site not in mixed_sites
         }
 
     def match(
@@ -238,6 +254,11 @@ class FailureCatalog:
         """The one known cause every catalog row raised at ``site`` with ``exception`` means."""
         short = exception.rsplit(".", 1)[-1]
         return self._sites.get(f"{site}|{short}")
+
+    def cause_at_site(self, site: str) -> str | None:
+        """The one known cause every catalog row raised at ``site`` means, whatever its class
+        (a traceback cut before its exception line names no class), else ``None``."""
+        return self._whole_sites.get(site)
 
     @staticmethod
     def _best(
@@ -331,5 +352,23 @@ def _read_rows(lines: Iterator[str], everything: bool) -> tuple[FailureRow, ...]
     return tuple(rows)
 
 
-CATALOG: Final = FailureCatalog(load_rows())
+def unknown_sites(text: str | None = None) -> frozenset[str]:
+    """The raise sites (``file:function``) of the catalog's rows of unknown cause, from
+    ``text`` (the TSV) or the packaged ``failures.tsv`` (``FailureCatalog``'s ``mixed_sites``:
+    matching loads only the rows of a known cause)."""
+    if text is not None:
+        lines: list[str] = text.split("\n")
+    else:
+        packaged = resources.files("vllm_sentinel.engine.catalog").joinpath(_DATA)
+        lines = packaged.read_text(encoding="utf-8").split("\n")
+    sites = set()
+    for line in lines:
+        if line.startswith(_UNKNOWN_ROW):
+            fields = line.split("\t", 5)
+            if len(fields) > 4 and fields[1] == "raise":
+                sites.add(fields[4])
+    return frozenset(sites)
+
+
+CATALOG: Final = FailureCatalog(load_rows(), unknown_sites())
 """The packaged catalog, compiled once (immutable after construction)."""

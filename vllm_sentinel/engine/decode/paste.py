@@ -346,8 +346,11 @@ def strip_html(line: str) -> list[str]:
     return line.split("\n") if "\n" in line else [line]
 
 
-def _head_end(line: str, position: int) -> int:
-    """The end of the run of record heads at ``position`` (blanks between heads allowed)."""
+def _head_end(line: str, position: int, own: str | None = None) -> int:
+    """The end of the run of record heads at ``position`` (blanks between heads allowed).
+
+    ``own``: the line's own process prefix (``_own_prefix``); it again, after the run's first
+    head, starts the next record (newlines lost with nothing in their place)."""
     end = position
     while True:
         start = end
@@ -356,7 +359,7 @@ def _head_end(line: str, position: int) -> int:
         if line[start : start + 1] not in _HEAD_FIRST:
             return end  # no head starts so (saves a regex call on every line's body)
         found = _HEAD.match(line, start)
-        if found is None:
+        if found is None or (own is not None and end > position and found.group() == own):
             return end
         end = found.end()
 
@@ -377,7 +380,8 @@ def split_records(line: str, wrapper_length: Callable[[str], int] | None = None)
         The records, in order; ``[line]`` when it holds one.
     """
     offset = wrapper_length(line) if wrapper_length is not None else 0
-    body_from = _head_end(line, offset)
+    own = _own_prefix(line, offset)
+    body_from = _head_end(line, offset, own)
     if not any(line.find(literal, body_from) >= 0 for literal in _HEAD_LITERALS):
         return [line]  # no head after the line's own: one record (most lines; no scan)
     foreign = body_from == offset  # no head of its own: text before a head is a foreign prefix
@@ -385,10 +389,14 @@ def split_records(line: str, wrapper_length: Callable[[str], int] | None = None)
     piece_start = 0
     for found in _HEAD.finditer(line, body_from):
         start = found.start()
-        if start < body_from or not line[start - 1].isspace():
+        if start < body_from:
             continue
-        if foreign or not line[body_from:start].strip():  # still this record's head
-            body_from = _head_end(line, found.end())
+        if not line[start - 1].isspace() and (own is None or found.group() != own):
+            continue
+        if foreign or (
+            not line[body_from:start].strip() and found.group() != own
+        ):  # still this record's head (its own prefix again starts the next record)
+            body_from = _head_end(line, found.end(), own)
             foreign = False
             continue
         cut = start
@@ -396,11 +404,30 @@ def split_records(line: str, wrapper_length: Callable[[str], int] | None = None)
             cut = _wrapper_start(line, piece_start, start, wrapper_length)
         pieces.append(line[piece_start:cut].rstrip())
         piece_start = cut
-        body_from = _head_end(line, start)
+        body_from = _head_end(line, start, own)
     if not pieces:
         return [line]
     pieces.append(line[piece_start:])
     return [piece for piece in pieces if piece.strip()]
+
+
+def _own_prefix(line: str, offset: int) -> str | None:
+    """The process prefix a line starts with (``(APIServer pid=2960)``), if any.
+
+    Newlines lost with nothing in their place glue each record right after the last one's
+    text (``…hf_raise_for_status(response)(APIServer pid=2960)   File "…``): a head right
+    after a non-space is a new record when it is this line's own process prefix again, pid
+    and all (a message that quotes a log line quotes another process's, not its own prefix).
+    """
+    start = offset
+    while start < len(line) and line[start] in " \t":
+        start += 1
+    if line[start : start + 1] != "(":
+        return None
+    found = _HEAD.match(line, start)
+    if found is None or "pid=" not in found.group():
+        return None
+    return found.group()
 
 
 def _wrapper_start(

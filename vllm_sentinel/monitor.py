@@ -66,7 +66,7 @@ from vllm_sentinel.engine.stall import (
     is_slow,
     is_stalled,
 )
-from vllm_sentinel.engine.tracker import TrackerSet, UnitTracker
+from vllm_sentinel.engine.tracker import RATE_LIMITED_REASON, TrackerSet, UnitTracker
 from vllm_sentinel.sources.attribution import attribute_processes, held_by_others, place_processes
 from vllm_sentinel.sources.journal import JournalBatch
 from vllm_sentinel.state.cursor_store import CursorStore, HostState
@@ -230,6 +230,7 @@ class Monitor:
         self._slow: dict[tuple[str, str], str | None] = {}  # invocation id while slow
         self._ready_seen: dict[tuple[str, str], set[_Ident]] = {}  # recorded in the history
         self.applied_records_total = 0
+        self._rate_limited_told: set[tuple[str, str]] = set()  # (host, unit) logged once
         self._sentinel: Callable[[], SentinelState] | None = None
         for plan in hosts:
             self._hosts[plan.name] = self._new_host(plan)
@@ -381,7 +382,10 @@ class Monitor:
             host.published = None
             host.touched = True
             host.trackers.counting = not item.history
+            limited = len(host.trackers.rate_limited)
             host.trackers.feed_many(item.records)
+            if len(host.trackers.rate_limited) != limited:
+                self._log_rate_limited(item.host, host.trackers)
             self.applied_records_total += len(item.records)
             if item.cursor is not None:
                 host.cursor = item.cursor
@@ -567,6 +571,8 @@ class Monitor:
                 if host.published is not published:
                     rebuilt.add(name)
             skipped: dict[str, int] = dict(self.history.skipped(name))
+            if host.trackers.rate_limited:
+                skipped[RATE_LIMITED_REASON] = sum(host.trackers.rate_limited.values())
             for counts in host.skipped.values():
                 for reason, value in counts().items():
                     skipped[reason] = skipped.get(reason, 0) + value
@@ -720,6 +726,24 @@ class Monitor:
             if record is not None:
                 self.history.add(host, unit.unit, record)
         self._ready_seen[key] = ready
+
+    def _log_rate_limited(self, host: str, trackers: TrackerSet) -> None:
+        """Say once per unit (its first ``Suppressed N messages`` entry) that journald drops
+        some of its lines: its phases may then lag, its counts miss what was dropped."""
+        for unit, dropped in trackers.rate_limited.items():
+            key = (host, unit)
+            if key in self._rate_limited_told:
+                continue
+            self._rate_limited_told.add(key)
+            _log.warning(
+                "journal_rate_limited",
+                host=host,
+                unit=unit,
+                dropped=dropped,
+                detail="journald dropped messages of the unit (its rate limit, "
+                "LogRateLimitBurst=): counted in records_skipped_total"
+                f'{{reason="{RATE_LIMITED_REASON}"}}',
+            )
 
     def _log_changes(self, snapshot: Snapshot, rebuilt: set[str] | None = None) -> None:
         for host in snapshot.hosts:

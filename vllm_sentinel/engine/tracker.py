@@ -27,7 +27,6 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
-from fnmatch import fnmatchcase
 from types import MappingProxyType
 from typing import Final
 
@@ -73,8 +72,15 @@ from vllm_sentinel.engine.routing import Incarnations
 from vllm_sentinel.engine.seen_cursors import SeenCursors
 from vllm_sentinel.engine.snapshot import PhaseEntry, UnitSnapshot
 from vllm_sentinel.engine.tracebacks import ExceptionEvent, TracebackAssembler
+from vllm_sentinel.engine.unit_names import selects
 
-__all__ = ["BENIGN_LINES_KEPT", "RECENT_EVENTS_KEPT", "TrackerSet", "UnitTracker"]
+__all__ = [
+    "BENIGN_LINES_KEPT",
+    "RATE_LIMITED_REASON",
+    "RECENT_EVENTS_KEPT",
+    "TrackerSet",
+    "UnitTracker",
+]
 
 _STARTUP: Final = frozenset(STARTUP_PHASES)
 _TP_SIZE: Final = re.compile(r"tensor_parallel_size[=':\s]+(\d{1,4})")
@@ -150,6 +156,8 @@ class UnitTracker:
             daemon sets it for history it counted before (records up to its saved cursor,
             whose counters it restored, ``restore``) and for the backfill of its first start.
             A crash counts when its end is seen while counting (or when it was carried).
+        rate_limited_total: messages of the unit journald dropped (the ``N`` of its
+            ``Suppressed N messages`` entries read while counting; not saved across restarts).
     """
 
     def __init__(
@@ -192,6 +200,7 @@ class UnitTracker:
         self._level_names = dict(_LOW_LEVELS)  # a plain dict: read on every line
         self.benign_errors_total = 0
         self.duplicates_total = 0
+        self.rate_limited_total = 0
         self.recognized_lines = 0  # lines that looked like vLLM's or systemd's (replay checks)
         # units systemd's own lines name ("vllm3.service: Main process exited…"): plain text
         # names none itself, so replay can name the unit after them (bounded, in order seen)
@@ -242,6 +251,10 @@ class UnitTracker:
                     self.duplicates_total += 1
                     continue
                 applied += 1
+                if record.dropped is not None:  # journald's word: N of the unit's lines lost
+                    if self._counting:
+                        self.rate_limited_total += record.dropped
+                    continue
                 time = record.realtime
                 if time is not None:
                     clock.observe(time)
@@ -399,6 +412,8 @@ class UnitTracker:
             incarnation = incarnations[-1]
         else:
             incarnation = self._incs.attribute(record, pid, time)
+        if record.stream is not None:  # a left-over process writes on its start's stream
+            incarnation = self._incs.on_stream(record.stream, incarnation)
         if (
             event is Event.PROCESS_STARTED
             and record.invocation_id is None
@@ -914,8 +929,16 @@ class UnitTracker:
         return self._snapshot
 
 
+RATE_LIMITED_REASON: Final = "journald_rate_limited"
+"""The ``records_skipped`` reason of messages journald dropped (its per-unit rate limit): the
+``N`` of its ``Suppressed N messages from UNIT`` entries about a kept unit."""
+
+
 class TrackerSet:
     """Route records to one ``UnitTracker`` per (host, unit), creating trackers on demand.
+
+    journald's ``Suppressed N messages`` entry about a kept unit (``Record.dropped``) goes to
+    that unit's tracker, which counts its ``N`` once (``UnitTracker.rate_limited_total``).
 
     Args:
         units: unit names or globs to keep (``vllm*``); empty keeps every unit.
@@ -959,7 +982,7 @@ class TrackerSet:
         if wanted is None:
             if len(self._wanted) >= _MAX_CACHED_UNITS:
                 self._wanted.clear()
-            wanted = self._wanted[unit] = any(fnmatchcase(unit, p) for p in self._patterns)
+            wanted = self._wanted[unit] = selects(self._patterns, unit)
         return wanted
 
     def feed(self, record: Record) -> bool:
@@ -991,6 +1014,15 @@ class TrackerSet:
         if run_tracker is not None and run:
             applied += run_tracker.feed_many(run)
         return applied
+
+    @property
+    def rate_limited(self) -> dict[str, int]:
+        """Messages journald dropped, by unit (units with none left out)."""
+        return {
+            tracker.unit: tracker.rate_limited_total
+            for tracker in self._trackers.values()
+            if tracker.rate_limited_total
+        }
 
     def _tracker(self, key: tuple[str | None, str]) -> UnitTracker:
         tracker = self._trackers.get(key)

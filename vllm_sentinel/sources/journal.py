@@ -49,7 +49,6 @@ import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from fnmatch import fnmatchcase
 from typing import cast
 
 import orjson
@@ -59,6 +58,7 @@ from tenacity import BaseRetrying, RetryCallState
 from vllm_sentinel.engine.decode.journal_json import JOURNAL_FIELDS, JournalJsonDecoder
 from vllm_sentinel.engine.decode.record import Record
 from vllm_sentinel.engine.snapshot import CollectorState
+from vllm_sentinel.engine.unit_names import selects
 from vllm_sentinel.errors import TransportError
 from vllm_sentinel.sources.gpu import BackoffWait
 from vllm_sentinel.sources.transport import Transport
@@ -396,7 +396,7 @@ class JournalFollower:
             sorted(
                 name
                 for name in names
-                if name and any(fnmatchcase(name, pattern) for pattern in settings.units)
+                if name and selects(settings.units, name)  # never the sentinel's own unit
             )
         )
 

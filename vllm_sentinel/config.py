@@ -507,6 +507,7 @@ class DefaultsConfig(BaseModel):
     benign_patterns: tuple[BenignPattern, ...] = Field(
         default=DEFAULT_BENIGN_PATTERNS, strict=False
     )
+    crash_settle_seconds: float = Field(default=30.0, ge=1, le=3600)
     traceback_hold_seconds: float = Field(default=300.0, ge=0, le=86_400)
     state_directory: str = Field(default="/var/lib/vllm-sentinel", min_length=1)
     cursor_flush_interval_seconds: float = Field(default=1.0, gt=0, le=3600)

@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from types import MappingProxyType
+from typing import Final
 
 import structlog
 
@@ -78,6 +79,7 @@ _Ident = tuple[str | None, datetime | None]
 _NOT_AFTER_READY = frozenset((*STARTUP_PHASES, Phase.READY))
 _NO_COUNTERS: Mapping[str, UnitCounters] = MappingProxyType({})
 _log = structlog.get_logger("vllm_sentinel.monitor")
+_MAX_TOLD: Final = 4096  # (host, unit) pairs whose journald rate limiting was logged
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,6 +273,7 @@ class Monitor:
                 old = host.trackers
                 host.trackers = self._new_host(plan).trackers
                 host.trackers.adopt(tracker for tracker in old if host.trackers.wants(tracker.unit))
+                host.trackers.carry_counts(old)
                 for unit in [unit for unit in host.growth if not host.trackers.wants(unit)]:
                     del host.growth[unit]
             host.plan = plan
@@ -382,9 +385,9 @@ class Monitor:
             host.published = None
             host.touched = True
             host.trackers.counting = not item.history
-            limited = len(host.trackers.rate_limited)
+            limited = host.trackers.rate_limited_total
             host.trackers.feed_many(item.records)
-            if len(host.trackers.rate_limited) != limited:
+            if host.trackers.rate_limited_total != limited:
                 self._log_rate_limited(item.host, host.trackers)
             self.applied_records_total += len(item.records)
             if item.cursor is not None:
@@ -571,8 +574,8 @@ class Monitor:
                 if host.published is not published:
                     rebuilt.add(name)
             skipped: dict[str, int] = dict(self.history.skipped(name))
-            if host.trackers.rate_limited:
-                skipped[RATE_LIMITED_REASON] = sum(host.trackers.rate_limited.values())
+            if host.trackers.rate_limited_total:
+                skipped[RATE_LIMITED_REASON] = host.trackers.rate_limited_total
             for counts in host.skipped.values():
                 for reason, value in counts().items():
                     skipped[reason] = skipped.get(reason, 0) + value
@@ -734,6 +737,8 @@ class Monitor:
             key = (host, unit)
             if key in self._rate_limited_told:
                 continue
+            if len(self._rate_limited_told) >= _MAX_TOLD:
+                self._rate_limited_told.clear()  # bounded: at worst a unit is told again
             self._rate_limited_told.add(key)
             _log.warning(
                 "journal_rate_limited",

@@ -72,3 +72,17 @@ class TestRateLimited:
         trackers.counting = True
         trackers.feed(journal.at(2).line("Suppressed 4", None, 47)._replace(dropped=4))
         assert trackers.rate_limited == {"vllm-burst.service": 4}
+
+    def test_the_host_total_never_goes_down(self) -> None:
+        """A unit removed (or a reload's new set) keeps what was counted: a counter."""
+        trackers = TrackerSet(["vllm-*.service"])
+        record = Journal(unit="vllm-burst.service").at(1).line("Suppressed 9", None, 47)
+        trackers.feed(record._replace(dropped=9))
+        trackers.remove(record.host, "vllm-burst.service")
+        assert trackers.rate_limited_total == 9
+        reloaded = TrackerSet(["vllm-burst.service"])
+        reloaded.carry_counts(trackers)
+        assert (reloaded.rate_limited_total, reloaded.rate_limited) == (
+            9,
+            {"vllm-burst.service": 9},
+        )

@@ -938,7 +938,9 @@ class TrackerSet:
     """Route records to one ``UnitTracker`` per (host, unit), creating trackers on demand.
 
     journald's ``Suppressed N messages`` entry about a kept unit (``Record.dropped``) goes to
-    that unit's tracker, which counts its ``N`` once (``UnitTracker.rate_limited_total``).
+    that unit's tracker, which counts its ``N`` once (``UnitTracker.rate_limited_total``);
+    ``rate_limited_total`` sums them for the host (it never goes down, even when a unit is
+    removed) and ``rate_limited`` by unit.
 
     Args:
         units: unit names or globs to keep (``vllm*``); empty keeps every unit.
@@ -960,6 +962,8 @@ class TrackerSet:
         self._wanted: dict[str, bool] = {}  # wants() by unit name (bounded below)
         self._counting = True
         self.unrouted_total = 0
+        self.rate_limited_total = 0  # journald's dropped messages of kept units, summed
+        self.rate_limited: dict[str, int] = {}  # … by unit (the last _MAX_CACHED_UNITS units)
 
     @property
     def counting(self) -> bool:
@@ -1006,23 +1010,26 @@ class TrackerSet:
             key = (record.host, unit)
             if key != run_key:
                 if run_tracker is not None and run:
-                    applied += run_tracker.feed_many(run)
+                    applied += self._feed_run(run_tracker, run)
                     run = []
                 run_key = key
                 run_tracker = self._tracker(key)
             run.append(record)
         if run_tracker is not None and run:
-            applied += run_tracker.feed_many(run)
+            applied += self._feed_run(run_tracker, run)
         return applied
 
-    @property
-    def rate_limited(self) -> dict[str, int]:
-        """Messages journald dropped, by unit (units with none left out)."""
-        return {
-            tracker.unit: tracker.rate_limited_total
-            for tracker in self._trackers.values()
-            if tracker.rate_limited_total
-        }
+    def _feed_run(self, tracker: UnitTracker, run: list[Record]) -> int:
+        before = tracker.rate_limited_total
+        applied = tracker.feed_many(run)
+        dropped = tracker.rate_limited_total - before
+        if dropped:
+            self.rate_limited_total += dropped  # never goes down: a forgotten unit's stay
+            limited = self.rate_limited
+            if tracker.unit not in limited and len(limited) >= _MAX_CACHED_UNITS:
+                del limited[next(iter(limited))]
+            limited[tracker.unit] = limited.get(tracker.unit, 0) + dropped
+        return applied
 
     def _tracker(self, key: tuple[str | None, str]) -> UnitTracker:
         tracker = self._trackers.get(key)
@@ -1047,6 +1054,12 @@ class TrackerSet:
         for tracker in trackers:
             tracker.counting = self._counting
             self._trackers[(tracker.host, tracker.unit)] = tracker
+
+    def carry_counts(self, previous: TrackerSet) -> None:
+        """Go on from the host-wide counts of the set this one replaces (a config reload)."""
+        self.rate_limited_total = previous.rate_limited_total
+        self.rate_limited = dict(previous.rate_limited)
+        self.unrouted_total = previous.unrouted_total
 
     def remove(self, host: str | None, unit: str) -> None:
         """Forget a unit (removed from config)."""

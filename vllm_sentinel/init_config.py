@@ -48,7 +48,7 @@ from vllm_sentinel.config import (
     validate_unit_pattern,
 )
 from vllm_sentinel.engine.catalog.markers import MARKERS, Event
-from vllm_sentinel.engine.unit_names import selects
+from vllm_sentinel.engine.unit_selection import selects
 from vllm_sentinel.errors import SentinelError
 
 __all__ = [

@@ -72,7 +72,7 @@ from vllm_sentinel.engine.routing import Incarnations
 from vllm_sentinel.engine.seen_cursors import SeenCursors
 from vllm_sentinel.engine.snapshot import PhaseEntry, UnitSnapshot
 from vllm_sentinel.engine.tracebacks import ExceptionEvent, TracebackAssembler
-from vllm_sentinel.engine.unit_names import selects
+from vllm_sentinel.engine.unit_selection import selects
 
 __all__ = [
     "BENIGN_LINES_KEPT",

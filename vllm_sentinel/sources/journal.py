@@ -58,7 +58,7 @@ from tenacity import BaseRetrying, RetryCallState
 from vllm_sentinel.engine.decode.journal_json import JOURNAL_FIELDS, JournalJsonDecoder
 from vllm_sentinel.engine.decode.record import Record
 from vllm_sentinel.engine.snapshot import CollectorState
-from vllm_sentinel.engine.unit_names import selects
+from vllm_sentinel.engine.unit_selection import selects
 from vllm_sentinel.errors import TransportError
 from vllm_sentinel.sources.gpu import BackoffWait
 from vllm_sentinel.sources.transport import Transport

@@ -6,7 +6,7 @@ import pytest
 
 from tests.support.records import Journal
 from vllm_sentinel.engine.tracker import TrackerSet
-from vllm_sentinel.engine.unit_names import is_own_unit, selects
+from vllm_sentinel.engine.unit_selection import is_own_unit, selects
 
 
 class TestSelects:

@@ -36,6 +36,7 @@ __all__ = [
     "INPUT_FORMATS",
     "PASSWORD_ENV",
     "WATCH_EXIT_STATUSES",
+    "cli",
     "fetch_status",
     "main",
 ]
@@ -189,7 +190,56 @@ def _installed_config(*, readable_only: bool = False) -> str | None:
     return DEFAULT_CONFIG_PATH
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _OneLineUsageError(click.UsageError):
+    """A usage error shown as the CLI's other errors are: one line on stderr, exit status 2."""
+
+    def show(self, file: Any = None) -> None:
+        """``vllm-sentinel: replay: Invalid value for '--last': … (see 'vllm-sentinel replay
+        --help')``: click's own is three lines (usage, a hint, the error)."""
+        names: list[str] = []
+        ctx = self.ctx
+        while ctx is not None and ctx.parent is not None:  # the root's name is how it was run
+            names.insert(0, ctx.info_name or "")
+            ctx = ctx.parent
+        where = " ".join(names)
+        prefix = f"{where}: " if where else ""
+        path = " ".join(["vllm-sentinel", *names])
+        click.echo(
+            f"vllm-sentinel: {prefix}{self.format_message().rstrip('.')} (see '{path} --help')",
+            file=file,
+            err=file is None,
+        )
+
+
+class _Commands(click.Group):
+    """The command group; its own and its commands' usage errors are one line (exit 2)."""
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.UsageError as error:
+            raise _one_line(error) from None
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as error:
+            raise _one_line(error) from None
+
+
+def _one_line(error: click.UsageError) -> click.UsageError:
+    if isinstance(error, _OneLineUsageError):
+        return error
+    return _OneLineUsageError(error.format_message(), error.ctx)
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="vllm-sentinel")
 def cli() -> None:
     """Watch vLLM units: startup phases, stalls, crash root causes, as Prometheus metrics."""
@@ -255,6 +305,7 @@ def replay_command(
     from datetime import UTC, datetime
 
     from vllm_sentinel.engine.report import render_text, to_json
+    from vllm_sentinel.engine.terminal_text import json_for_terminal, printable
     from vllm_sentinel.replay import InputFormat, replay
     from vllm_sentinel.sources.replay_input import InputError, read_input
 
@@ -280,17 +331,17 @@ def replay_command(
         document = to_json(result.units)
         document["skipped"] = dict(result.skipped)
         document["warnings"] = list(result.warnings)
-        click.echo(orjson.dumps(document, option=orjson.OPT_INDENT_2))
+        click.echo(json_for_terminal(orjson.dumps(document, option=orjson.OPT_INDENT_2)))
     else:
         from vllm_sentinel.serve.runbook import installed_runbook
 
         text = render_text(result.units, width=_terminal_width(), runbook=installed_runbook())
-        click.echo(text, nl=False)
+        click.echo(printable(text), nl=False)
         if result.skipped:
             detail = ", ".join(f"{k}={v}" for k, v in sorted(result.skipped.items()))
-            click.echo(f"skipped input: {detail}")
+            click.echo(printable(f"skipped input: {detail}"))
     for warning in result.warnings:
-        click.echo(f"vllm-sentinel: warning: {warning}", err=True)
+        click.echo(printable(f"vllm-sentinel: warning: {warning}"), err=True)
 
 
 def _terminal_width() -> int | None:
@@ -767,15 +818,16 @@ def status_command(url: str | None, cacert: str | None, user: str | None, as_jso
     import orjson
 
     from vllm_sentinel.engine.report import render_status
+    from vllm_sentinel.engine.terminal_text import json_for_terminal, printable
 
     if url is None:
         path = _installed_config(readable_only=True)
         url = _config_url(path) if path is not None else _DEFAULT_STATUS_URL
     document = fetch_status(url, cacert=cacert, user=user)
     if as_json:
-        click.echo(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode())
+        click.echo(json_for_terminal(orjson.dumps(document, option=orjson.OPT_INDENT_2)).decode())
         return
-    click.echo(render_status(document, runbook=url.rstrip("/") + "/runbook"), nl=False)
+    click.echo(printable(render_status(document, runbook=url.rstrip("/") + "/runbook")), nl=False)
 
 
 WATCH_EXIT_STATUSES = (

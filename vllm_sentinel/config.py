@@ -388,6 +388,8 @@ class ExporterConfig(BaseModel):
     tls_cert_file: str = ""
     tls_key_file: str = Field(default="", validate_default=True)
     web_config_file: str = ""
+    max_connections: Annotated[int, Field(ge=1, le=4096)] = 64
+    request_read_timeout_seconds: Annotated[float, Field(ge=0.5, le=300.0)] = 10.0
 
     @field_validator("tls_key_file", mode="after")
     @classmethod
@@ -509,6 +511,7 @@ class DefaultsConfig(BaseModel):
     )
     crash_settle_seconds: float = Field(default=30.0, ge=1, le=3600)
     traceback_hold_seconds: float = Field(default=300.0, ge=0, le=86_400)
+    forget_unit_after_seconds: float = Field(default=604_800.0, ge=0)
     state_directory: str = Field(default="/var/lib/vllm-sentinel", min_length=1)
     cursor_flush_interval_seconds: float = Field(default=1.0, gt=0, le=3600)
     unit_discovery_interval_seconds: float = Field(default=30.0, gt=0, le=3600)

@@ -29,6 +29,7 @@ from vllm_sentinel.engine.eta import (
     same_model,
     startup_record,
     usual_phase_seconds,
+    will_time_out,
 )
 from vllm_sentinel.engine.snapshot import StartupRecord, UnitSnapshot
 from vllm_sentinel.engine.stall import is_slow
@@ -96,16 +97,29 @@ def judge_at_end(unit: UnitSnapshot) -> UnitSnapshot:
         record = startup_record(item)
         if record is not None:
             records = remember(records, record) or records
-    usual = usual_phase_seconds(same_model(records, current.model), current.phase)
+    usual = usual_phase_seconds(
+        same_model(records, current.model, current.modes.startup_kind), current.phase
+    )
     # a phase a line said ended (markers.PHASE_ENDS) is over: the next one is under way
     slow = current.phase_ended_at is None and is_slow(
         current.phase, current.phase_entered_at, usual, now
     )
     estimate = estimate_ready(current, records, now)
+    expected = (
+        estimate.expected_ready_at
+        if estimate is not None and estimate.eta_seconds is not None
+        else None
+    )
+    times_out, timeout, remaining = will_time_out(
+        current, expected, now, unit.ready_timeout_seconds
+    )
     if estimate is None and usual is None:
         return unit
     return replace(
         unit,
+        will_time_out=times_out,
+        ready_timeout_seconds=timeout,
+        ready_timeout_remaining_seconds=remaining,
         slow=slow,
         usual_phase_seconds=usual,
         eta_seconds=estimate.eta_seconds if estimate is not None else None,

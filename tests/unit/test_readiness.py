@@ -54,6 +54,7 @@ class TestStates:
             UnitState.UNHEALTHY: 503,
             UnitState.STOPPED: 503,
             UnitState.CRASHED: 500,
+            UnitState.SLEEPING: 503,
         }
 
     def test_loading_unit_is_starting_with_shards_as_detail(self) -> None:

@@ -213,7 +213,9 @@ class CrashBook:
         for incarnation in self.unsettled:
             key = self._key(incarnation)
             if incarnation.counted and not incarnation.settled and key is not None:
-                crash = self.crash_info(incarnation)
+                # carried with the cause it would settle with now (a bare signal: killed),
+                # not pending: the journal may no longer hold its evidence next run
+                crash = self.crash_info(incarnation, as_settled=True)
                 applied.append(
                     CarriedCrash(
                         key, incarnation.started_at, incarnation.ended_at, crash.cause, crash.phase
@@ -315,10 +317,11 @@ class CrashBook:
 
     # --- the answer ----------------------------------------------------------------------
 
-    def crash_info(self, incarnation: Incarnation) -> CrashInfo:
+    def crash_info(self, incarnation: Incarnation, *, as_settled: bool = False) -> CrashInfo:
         """The root cause of ``incarnation``'s crash from the evidence known now.
 
-        ``pending`` while the crash is unsettled and no real failure was seen. After ``ready``,
+        ``pending`` while the crash is unsettled and no real failure was seen (unless
+        ``as_settled``: the cause it would be counted with now). After ``ready``,
         only evidence from the last five minutes before the end counts: an error an hour
         earlier (a request's, a handled one) did not kill the process.
         """
@@ -332,7 +335,9 @@ class CrashBook:
             ]
         root = choose_root_cause(evidence)
         phase = incarnation.crash_phase or incarnation.phase
-        if not incarnation.settled and (root is None or root.kind is not EvidenceKind.REAL):
+        if not (incarnation.settled or as_settled) and (
+            root is None or root.kind is not EvidenceKind.REAL
+        ):
             return CrashInfo(CrashCause.PENDING, "", "", phase, ended, incarnation.id)
         if root is None:
             return CrashInfo(CrashCause.UNKNOWN, "", "", phase, ended, incarnation.id)

@@ -33,6 +33,7 @@ from vllm_sentinel.engine.snapshot import (
     PhaseEntry,
     Progress,
     ProgressBar,
+    RuntimeModes,
 )
 
 __all__ = [
@@ -120,6 +121,7 @@ class Incarnation:
     start_seen: bool = False  # systemd's Starting/Started or vLLM's banner was read
     bar_origin: datetime | None = None  # when the last bar started, by tqdm's own clock
     phase_ended: tuple[Phase, datetime] | None = None  # a line said this phase ended then
+    modes: RuntimeModes = field(default_factory=RuntimeModes)  # runtime_modes (vllm2026)
 
     @property
     def ended(self) -> bool:
@@ -159,6 +161,17 @@ class Incarnation:
                 self.fatal_pending = False  # it became ready after the error: survived
                 self.fatal_phase = None
         return previous
+
+    def wake(self, time: datetime | None) -> bool:
+        """Leave ``sleeping`` for ``ready`` at ``time`` (the one move back: a whole wake-up,
+        ``runtime_modes``); False when it is not sleeping."""
+        if self.ended or self.phase is not Phase.SLEEPING:
+            return False
+        self.phase = Phase.READY
+        self.timeline.append(
+            PhaseEntry(Phase.READY, not_before(time, self.timeline[-1].entered_at))
+        )
+        return True
 
     def mark_fatal(self, *, proven: bool = True, final: bool = False) -> None:
         """A failure was seen that the process's exit must confirm (the first one counts).
@@ -255,6 +268,7 @@ class Incarnation:
                 if self.phase_ended is not None and self.phase_ended[0] is self.phase
                 else None
             ),
+            modes=self.modes,
         )
 
 

@@ -56,7 +56,19 @@ from vllm_sentinel.engine.eta import (
     remember,
     startup_record,
 )
-from vllm_sentinel.engine.hints import HintContext, explain_benign, hint_context, hint_for
+from vllm_sentinel.engine.hints import (
+    HintContext,
+    explain_benign,
+    hint_context,
+    hint_for,
+    without_weight_caches,
+)
+from vllm_sentinel.engine.modes_report import (  # vLLM 2026 modes (vllm2026)
+    mode_lines,
+    modes_status_lines,
+    modes_to_json,
+    unit_modes_to_json,
+)
 from vllm_sentinel.engine.snapshot import (
     CollectorState,
     CrashInfo,
@@ -315,6 +327,7 @@ def _incarnation(
             "engine_init_seconds": progress.engine_init_seconds,
         },
         "startup": _comparison(comparison),
+        "modes": modes_to_json(item),  # modes_report (vllm2026)
     }
 
 
@@ -362,6 +375,7 @@ def unit_to_json(
         "expected_ready_at": iso_utc(unit.expected_ready_at),
         "eta_basis": unit.eta_basis.value if unit.eta_basis is not None else None,
         "eta_overdue_seconds": unit.eta_overdue_seconds,
+        **unit_modes_to_json(unit),  # modes_report (vllm2026)
     }
     earlier = unit.earlier
     if earlier.count:
@@ -434,6 +448,8 @@ def verdict(
         since = " (the log ends here)" if ended else f" for {format_duration(seconds)}"
     if item.outcome is Outcome.READY and item.phase is Phase.READY:
         return f"ready{since}"
+    if item.phase is Phase.SLEEPING:  # vLLM sleep mode (vllm2026)
+        return f"sleeping{since}: ready, its GPU memory freed until it is woken"
     if item.phase is Phase.STOPPING:
         return f"stopping{since}"
     ratio = item.progress.weights_loaded_ratio
@@ -452,6 +468,11 @@ def _startup_line(
     if not comparison.compared_starts:
         if not earlier:
             return f"    startup {took}: no earlier start in this input to compare with"
+        if any(startup_record(item) is not None for item in earlier):  # vllm2026
+            return (
+                f"    startup {took}: no earlier start in this input that loaded the same way "
+                "(full loads, weight-cache maps and startup-plan boots are compared apart)"
+            )
         excerpt = any(item.furthest_phase is Phase.READY for item in earlier)
         why = " with its start seen (one read from its middle has no whole durations)"
         why = why if excerpt else ""
@@ -602,6 +623,8 @@ def render_text(
                 )
             if comparison is not None:
                 out.append(_startup_line(comparison, unit.incarnations[: number - 1]))
+            for line in mode_lines(item):  # modes_report (vllm2026)
+                out += _wrapped(line, width)
             if item.benign_errors:
                 out.append(f"    benign errors: {item.benign_errors} (discounted, not a cause)")
                 for line in item.benign_lines:
@@ -664,7 +687,11 @@ def status_document(snapshot: Snapshot) -> dict[str, Any]:
         "units": [
             {
                 **unit_to_json(
-                    unit, hint_context(unit, host.gpu_processes, host.gpus), snapshot.at
+                    unit,
+                    hint_context(  # weight-cache daemons' memory is no one's fault (vllm2026)
+                        unit, without_weight_caches(host.gpu_processes, host.units), host.gpus
+                    ),
+                    snapshot.at,
                 ),
                 "gpu_memory_used_bytes": dict(unit.gpu_memory_used_bytes),
                 "unhealthy": unit.health is not None and unit.health.unhealthy,
@@ -764,6 +791,7 @@ def render_status(document: Mapping[str, Any], *, runbook: str | None = None) ->
                 ("stalled", unit.get("stalled")),
                 ("slow", unit.get("slow") and not unit.get("stalled")),
                 ("unhealthy", health),
+                ("will-time-out", unit.get("will_time_out")),  # vllm2026
             )
             if on
         ]
@@ -795,6 +823,7 @@ def render_status(document: Mapping[str, Any], *, runbook: str | None = None) ->
         )
         if eta:
             below.append(f"eta: {eta}")
+        below += modes_status_lines(unit)  # modes_report (vllm2026)
         notes.append(below)
     header = ("HOST", "UNIT", "PHASE", "STATE", "ETA", "LAST CRASH")
     widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header) - 1)]

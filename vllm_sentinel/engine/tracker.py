@@ -26,7 +26,8 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from datetime import datetime
+from dataclasses import replace
+from datetime import datetime, timedelta
 from types import MappingProxyType
 from typing import Final
 
@@ -36,6 +37,7 @@ from vllm_sentinel.engine.catalog.causes import (
     CrashCause,
     Evidence,
     EvidenceKind,
+    bare_raise_cause,
     classify_exception,
     is_engine_dead,
     is_request_error,
@@ -69,8 +71,16 @@ from vllm_sentinel.engine.incarnation import (
 )
 from vllm_sentinel.engine.line_clock import LineClock
 from vllm_sentinel.engine.routing import Incarnations
+from vllm_sentinel.engine.runtime_modes import (
+    MODE_EVENTS,
+    NOT_PROGRESS,
+    READY_TIMEOUT_NEEDLE,
+    apply_mode_event,
+    read_ready_timeout,
+    watchdog_stalled,
+)
 from vllm_sentinel.engine.seen_cursors import SeenCursors
-from vllm_sentinel.engine.snapshot import PhaseEntry, UnitSnapshot
+from vllm_sentinel.engine.snapshot import PhaseEntry, RuntimeModes, UnitSnapshot
 from vllm_sentinel.engine.tracebacks import ExceptionEvent, TracebackAssembler
 from vllm_sentinel.engine.unit_selection import selects
 
@@ -112,6 +122,7 @@ _PLAIN_EVENTS: Final = frozenset(Event) - {
     Event.PROCESS_STARTED,
     Event.SHUTDOWN,
     Event.SHUTDOWN_COMPLETE,
+    *MODE_EVENTS,  # runtime_modes: sleep, weight cache, startup plan, watchdog (vllm2026)
 }
 _BAR_EVENTS: Final = frozenset({Event.WEIGHTS_PROGRESS, Event.GRAPH_CAPTURE_PROGRESS})  # tqdm bars
 _MANAGER_IDENTS: Final = frozenset({"systemd", "kernel"})
@@ -193,7 +204,9 @@ class UnitTracker:
         self._tracebacks = TracebackAssembler()
         self._clock = LineClock(reference_year)
         self._seen = SeenCursors()
-        self._latest_time: datetime | None = None
+        self._latest_time: datetime | None = None  # log time that settles crashes (feed_many)
+        self._previous_time: datetime | None = None
+        self._jump = timedelta(seconds=max(traceback_hold_seconds, 10 * settle_seconds))
         self._line_level = "none"  # the level of the last line read (a record's: its first)
         self._counting = True
         self.records_by_level: Counter[str] = Counter()
@@ -208,6 +221,7 @@ class UnitTracker:
         self._phase_durations: dict[Phase, float] = {}
         self._startup_duration: float | None = None
         self._snapshot: UnitSnapshot | None = None  # the last snapshot, while nothing changed
+        self._ready_timeout: float | None = None  # VLLM_ENGINE_READY_TIMEOUT_S as last shown
 
     @property
     def counting(self) -> bool:
@@ -219,6 +233,11 @@ class UnitTracker:
         self._counting = value
         self._crashes.counting = value
         self._incs.counting = value
+
+    @property
+    def last_record_at(self) -> datetime | None:
+        """The log time of the last record fed (journal order; ``None`` before any)."""
+        return self._previous_time
 
     @property
     def starts_total(self) -> int:
@@ -258,8 +277,16 @@ class UnitTracker:
                 time = record.realtime
                 if time is not None:
                     clock.observe(time)
-                    if self._latest_time is None or time > self._latest_time:
+                    # the log time crashes settle by: this record's, but a jump ahead of the
+                    # one before by more than the traceback hold counts only once a second
+                    # record agrees (one line dated in the future, by a skewed writer or a
+                    # forged stamp, cannot settle crashes; later lines bring the time back)
+                    previous = self._previous_time
+                    self._previous_time = time
+                    if previous is None or time - previous <= self._jump:
                         self._latest_time = time
+                    else:
+                        self._latest_time = previous
                 message = record.message
                 if record.from_manager or record.syslog_identifier in _MANAGER_IDENTS:
                     for line in message.split("\n") if "\n" in message else (message,):
@@ -453,8 +480,17 @@ class UnitTracker:
             self._incs.claim_pid(incarnation, pid)
         if rank is not None and (incarnation.max_rank is None or rank > incarnation.max_rank):
             incarnation.max_rank = rank
-        if event is not Event.HEARTBEAT:
+        if event is not Event.HEARTBEAT and event not in NOT_PROGRESS:
             incarnation.last_progress_at = time
+        if READY_TIMEOUT_NEEDLE in body:
+            # the unit's environment: later starts keep it until a line says otherwise; a line
+            # after an incarnation ended (a launcher's trace before the next banner) is the
+            # next start's, not the ended one's
+            shown = read_ready_timeout(RuntimeModes(), body).ready_timeout_seconds
+            if shown is not None:
+                self._ready_timeout = shown
+                if not incarnation.ended:
+                    incarnation.modes = replace(incarnation.modes, ready_timeout_seconds=shown)
         if started:
             if not has_header:
                 self._on_uncaught_traceback(incarnation, pid, time)
@@ -475,6 +511,8 @@ class UnitTracker:
             failure = classify_failure_line(body)
             if failure is not None:
                 self._on_failure_line(incarnation, failure, time)
+            elif incarnation.phase in _STARTUP:
+                self._on_bare_raise(incarnation, body, time)
         if level in _ERROR_LEVELS and not consumed:
             if self._benign.matches(body):
                 incarnation.benign_errors += 1
@@ -723,6 +761,9 @@ class UnitTracker:
                 else:
                     incarnation.mark_fatal()
             return
+        if event in MODE_EVENTS:
+            self._on_mode(incarnation, found, time)
+            return
         if event is Event.PROCESS_STARTED:
             incarnation.has_banner = True
             incarnation.start_seen = True
@@ -746,6 +787,19 @@ class UnitTracker:
             if incarnation.phase is not before and incarnation.evidence:
                 # the process went on to a later phase: what it printed before did not end it
                 self._crashes.survived(incarnation, pid)
+
+    def _on_mode(self, incarnation: Incarnation, found: MarkerMatch, time: datetime | None) -> None:
+        """A line of sleep, weight cache, startup plan or watchdog (``runtime_modes``)."""
+        marker, groups = found
+        if incarnation.ended:
+            return
+        incarnation.modes = apply_mode_event(incarnation.modes, marker.event, groups, time)
+        if marker.event is Event.WOKE_UP:
+            if incarnation.modes.sleeping_since is None and incarnation.wake(time):
+                self._snapshot = None
+            return
+        if marker.phase is not None:
+            self._advance(incarnation, marker.phase, time)
 
     def _on_exception(
         self,
@@ -830,6 +884,20 @@ class UnitTracker:
         elif row.effect is Effect.FATAL:
             incarnation.mark_fatal()
 
+    # --- issue 19, mechanism 3: a fatal message without its exception class ------------------
+
+    def _on_bare_raise(self, incarnation: Incarnation, body: str, time: datetime | None) -> None:
+        """A bare line during startup that only a ``raise`` in vLLM prints (the failure
+        catalog's raise-only templates, ``causes.bare_raise_cause``): a paste that kept the
+        message and lost its class and traceback. It is the failure that ends the start."""
+        if incarnation.stop_requested:
+            return
+        cause = bare_raise_cause(body)
+        if cause is None:
+            return
+        self._crashes.add_evidence(incarnation, cause, EvidenceKind.REAL, "", body, time)
+        incarnation.mark_fatal()
+
     def _stop_requested(self, incarnation: Incarnation, time: datetime | None) -> None:
         """The process was asked to stop (a signal, Ctrl-C): what follows is no crash."""
         incarnation.clear_unproven_fatal()
@@ -886,7 +954,12 @@ class UnitTracker:
             self._phase_durations[previous.phase] = max(
                 0.0, (entered - previous.entered_at).total_seconds()
             )
-        if phase is Phase.READY and incarnation.started_at is not None and entered is not None:
+        if (
+            phase is Phase.READY
+            and previous.phase is not Phase.SLEEPING
+            and incarnation.started_at is not None
+            and entered is not None
+        ):
             self._startup_duration = max(0.0, (entered - incarnation.started_at).total_seconds())
 
     # --- output --------------------------------------------------------------------------
@@ -925,7 +998,11 @@ class UnitTracker:
             recent_starts=tuple(self._incs.recent_starts),
             recent_crashes=tuple(crashes.recent_crashes),
             earlier=crashes.earlier(),
+            ready_timeout_seconds=self._ready_timeout,
         )
+        if incarnations and watchdog_stalled(incarnations[-1]):
+            # vLLM's own watchdog dumped the stack and nothing moved since (runtime_modes)
+            self._snapshot = replace(self._snapshot, stalled=True, stall_reason="vllm_watchdog")
         return self._snapshot
 
 

@@ -509,6 +509,7 @@ class DefaultsConfig(BaseModel):
     benign_patterns: tuple[BenignPattern, ...] = Field(
         default=DEFAULT_BENIGN_PATTERNS, strict=False
     )
+    crash_settle_seconds: float = Field(default=30.0, ge=1, le=3600)
     traceback_hold_seconds: float = Field(default=300.0, ge=0, le=86_400)
     forget_unit_after_seconds: float = Field(default=604_800.0, ge=0)
     state_directory: str = Field(default="/var/lib/vllm-sentinel", min_length=1)

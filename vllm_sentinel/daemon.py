@@ -210,6 +210,7 @@ class Daemon:
             cursors=self._cursors,
             history=self.history,
             benign_patterns=config.defaults.benign_patterns,
+            settle_seconds=config.defaults.crash_settle_seconds,
             traceback_hold_seconds=config.defaults.traceback_hold_seconds,
             forget_unit_after_seconds=config.defaults.forget_unit_after_seconds,
             show_saved_counters=True,

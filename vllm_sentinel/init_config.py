@@ -48,6 +48,7 @@ from vllm_sentinel.config import (
     validate_unit_pattern,
 )
 from vllm_sentinel.engine.catalog.markers import MARKERS, Event
+from vllm_sentinel.engine.unit_selection import selects
 from vllm_sentinel.errors import SentinelError
 
 __all__ = [
@@ -257,7 +258,7 @@ def discover_units(
         output = _call(run, [*journalctl, "--field", journal_field], "journal", notes)
         if output is not None:
             lines = output.decode("utf-8", errors="replace").splitlines()
-            add((n for n in _unit_names(lines) if fnmatchcase(n, _UNIT_GLOB)), "journal")
+            add((n for n in _unit_names(lines) if selects((_UNIT_GLOB,), n)), "journal")
     since = int(now.timestamp()) - BANNER_WINDOW_SECONDS
     output = _call(
         run,

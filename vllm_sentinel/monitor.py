@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
+from typing import Final
 
 import structlog
 
@@ -79,7 +80,7 @@ from vllm_sentinel.engine.stall import (
     is_slow,
     is_stalled,
 )
-from vllm_sentinel.engine.tracker import TrackerSet, UnitTracker
+from vllm_sentinel.engine.tracker import RATE_LIMITED_REASON, TrackerSet, UnitTracker
 from vllm_sentinel.sources.attribution import attribute_processes, held_by_others, place_processes
 from vllm_sentinel.sources.journal import JournalBatch
 from vllm_sentinel.state.cursor_store import CursorStore, HostState
@@ -91,6 +92,7 @@ _Ident = tuple[str | None, datetime | None]
 _NOT_AFTER_READY = frozenset((*STARTUP_PHASES, Phase.READY))
 _NO_COUNTERS: Mapping[str, UnitCounters] = MappingProxyType({})
 _log = structlog.get_logger("vllm_sentinel.monitor")
+_MAX_TOLD: Final = 4096  # (host, unit) pairs whose journald rate limiting was logged
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,6 +263,7 @@ class Monitor:
         self._slow: dict[tuple[str, str], str | None] = {}  # invocation id while slow
         self._ready_seen: dict[tuple[str, str], set[_Ident]] = {}  # recorded in the history
         self.applied_records_total = 0
+        self._rate_limited_told: set[tuple[str, str]] = set()  # (host, unit) logged once
         self._sentinel: Callable[[], SentinelState] | None = None
         for plan in hosts:
             self._hosts[plan.name] = self._new_host(plan)
@@ -301,6 +304,7 @@ class Monitor:
                 old = host.trackers
                 host.trackers = self._new_host(plan).trackers
                 host.trackers.adopt(tracker for tracker in old if host.trackers.wants(tracker.unit))
+                host.trackers.carry_counts(old)
                 for unit in [unit for unit in host.growth if not host.trackers.wants(unit)]:
                     del host.growth[unit]
             host.plan = plan
@@ -412,7 +416,10 @@ class Monitor:
             host.published = None
             host.touched = True
             host.trackers.counting = not item.history
+            limited = host.trackers.rate_limited_total
             host.trackers.feed_many(item.records)
+            if host.trackers.rate_limited_total != limited:
+                self._log_rate_limited(item.host, host.trackers)
             self._move_log_anchor(host, item.records)
             self.applied_records_total += len(item.records)
             if item.cursor is not None:
@@ -664,6 +671,8 @@ class Monitor:
                 if host.published is not published:
                     rebuilt.add(name)
             skipped: dict[str, int] = dict(self.history.skipped(name))
+            if host.trackers.rate_limited_total:
+                skipped[RATE_LIMITED_REASON] = host.trackers.rate_limited_total
             for counts in host.skipped.values():
                 for reason, value in counts().items():
                     skipped[reason] = skipped.get(reason, 0) + value
@@ -834,6 +843,26 @@ class Monitor:
             if record is not None:
                 self.history.add(host, unit.unit, record)
         self._ready_seen[key] = ready
+
+    def _log_rate_limited(self, host: str, trackers: TrackerSet) -> None:
+        """Say once per unit (its first ``Suppressed N messages`` entry) that journald drops
+        some of its lines: its phases may then lag, its counts miss what was dropped."""
+        for unit, dropped in trackers.rate_limited.items():
+            key = (host, unit)
+            if key in self._rate_limited_told:
+                continue
+            if len(self._rate_limited_told) >= _MAX_TOLD:
+                self._rate_limited_told.clear()  # bounded: at worst a unit is told again
+            self._rate_limited_told.add(key)
+            _log.warning(
+                "journal_rate_limited",
+                host=host,
+                unit=unit,
+                dropped=dropped,
+                detail="journald dropped messages of the unit (its rate limit, "
+                "LogRateLimitBurst=): counted in records_skipped_total"
+                f'{{reason="{RATE_LIMITED_REASON}"}}',
+            )
 
     def _log_changes(self, snapshot: Snapshot, rebuilt: set[str] | None = None) -> None:
         for host in snapshot.hosts:

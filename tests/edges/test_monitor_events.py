@@ -313,3 +313,31 @@ def test_crashes_that_settle_together_are_one_event_each_with_their_own_cause() 
         "RuntimeError",
         "ValueError",
     ]
+
+
+def test_journald_rate_limiting_is_logged_once_per_unit_and_counted() -> None:
+    """journald's ``Suppressed N messages`` about a watched unit: one warning the first time,
+    every N in ``records_skipped`` (``journald_rate_limited``) of the host."""
+    monitor = Monitor([HostPlan(HOST, ("vllm-*.service",))], clock=ManualClock(T0))
+    journal = Journal(UNIT)
+
+    def suppressed(at: float, dropped: int, unit: str = UNIT) -> Record:
+        text = f"Suppressed {dropped} messages from {unit}"
+        record = journal.at(at).line(text, None, 47)
+        return record._replace(unit=unit, dropped=dropped, syslog_identifier="systemd-journald")
+
+    with capture_logs() as logs:
+        monitor.apply(JournalBatch(HOST, (suppressed(1, 2827),), None, False))
+        monitor.publish()
+        monitor.apply(
+            JournalBatch(HOST, (suppressed(5, 40), suppressed(6, 9, "cron.service")), None, False)
+        )
+        (host,) = monitor.publish().hosts
+    (told,) = events(logs, "journal_rate_limited")
+    assert (told["host"], told["unit"], told["dropped"], told["log_level"]) == (
+        HOST,
+        UNIT,
+        2827,
+        "warning",
+    )
+    assert host.records_skipped == {"journald_rate_limited": 2867}

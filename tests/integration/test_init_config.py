@@ -46,7 +46,8 @@ def _init_config(*args: str) -> subprocess.CompletedProcess[bytes]:
 
 
 def _write_units(writer: JournalWriter, days_ago: float = 0.0) -> None:
-    """vllm-qwen (named vllm*, no banner), serve-llama (banner only), a unit that is not vLLM."""
+    """vllm-qwen (named vllm*, no banner), serve-llama (banner only), units that are not vLLM
+    (one is the sentinel's own, vllm-sentinel.service)."""
     start = datetime.now(UTC) - timedelta(days=days_ago, minutes=10)
 
     def at(seconds: int) -> int:
@@ -65,16 +66,19 @@ def _write_units(writer: JournalWriter, days_ago: float = 0.0) -> None:
                 "config: model='Qwen/Qwen3-8B', speculative_config=None", at(2),
             ),
             service_line("nginx.service", "d" * 32, 400, "vLLM is great, says the proxy", at(3)),
+            # the sentinel's own unit matches vllm*, and is no vLLM server
+            service_line("vllm-sentinel.service", "e" * 32, 500, "journal_units_changed", at(4)),
         ]
     )  # fmt: skip
-    writer.wait_until_readable(4)
+    writer.wait_until_readable(5)
 
 
 class TestDiscoverUnits:
     def test_finds_vllm_named_units_and_banners_in_the_journal(
         self, journal_writer: JournalWriter
     ) -> None:
-        """vllm* names from the unit field; other names only when they logged a vLLM banner."""
+        """vllm* names from the unit field (never the sentinel's own); other names only when
+        they logged a vLLM banner."""
         _write_units(journal_writer)
         units, notes = discover_units(
             journalctl_args=[f"--directory={journal_writer.path.parent}"], now=datetime.now(UTC)

@@ -7,7 +7,9 @@
 * vllm-sentinel **installed as a service** in it as the README's install does (a venv in
   ``/opt/vllm-sentinel`` from the session's wheelhouse, the system user in ``systemd-journal``,
   the shipped unit file, ``systemctl enable --now``) with a config that watches
-  ``vllm-*.service`` and listens on the root's ``127.0.0.1:9842``;
+  ``vllm-*.service`` (which matches its own unit, never watched: the test says so), counts a
+  crash 5 s after its exit (``crash_settle_seconds``, 30 by default) and listens on the root's
+  ``127.0.0.1:9842``;
 * a webhook receiver, Alertmanager with ``deploy/alertmanager/example.yml`` and Prometheus with
   the shipped rules (``fast_rules``: ``for:`` of 1 s), all in the root's network namespace
   (``tests/support/netns.py``): the helpers of ``tests/e2e/conftest.py``, unchanged;
@@ -80,6 +82,7 @@ listen = "127.0.0.1:9842"
 [defaults]
 unit_discovery_interval_seconds = 1.0
 cursor_flush_interval_seconds = 0.5
+crash_settle_seconds = 5
 
 [[hosts]]
 name = "{HOST}"

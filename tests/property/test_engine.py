@@ -450,7 +450,8 @@ class TestSkipsAreExported:
 
     @pytest.mark.asyncio
     async def test_skips_flow_from_follower_through_monitor_to_metrics(self) -> None:
-        """Broken JSON, non-objects, missing messages and too-long lines are counted by reason."""
+        """Broken JSON, non-objects, missing messages and too-long lines are counted by reason,
+        and the messages journald dropped of a watched unit (``Suppressed N messages``)."""
         good = orjson.dumps(
             {
                 "MESSAGE": "ok",
@@ -459,9 +460,24 @@ class TestSkipsAreExported:
                 "_SYSTEMD_INVOCATION_ID": "a" * 32,
             }
         )
+
+        def suppressed(unit: str, dropped: int) -> bytes:  # journald's own entry (its rate limit)
+            return orjson.dumps(
+                {
+                    "MESSAGE": f"Suppressed {dropped} messages from {unit}",
+                    "MESSAGE_ID": "a596d6fe7bfa4994828e72309e95d61e",
+                    "N_DROPPED": str(dropped),
+                    "OBJECT_SYSTEMD_UNIT": unit,
+                    "_SYSTEMD_UNIT": "systemd-journald.service",
+                    "_TRANSPORT": "driver",
+                    "__CURSOR": f"s=1;i={dropped}",
+                }
+            )
+
         chunks = [
             b"{broken\n[1]\n",
             b'{"FOO":"x"}\n' + good + b"\n",
+            suppressed(UNIT, 7) + b"\n" + suppressed("cron.service", 100) + b"\n",
             b'{"MESSAGE":"' + b"z" * (5 * MIB),
             b'"}\n',
             b'{"MESSAGE":{"a":1}}\n',
@@ -499,5 +515,6 @@ class TestSkipsAreExported:
             "invalid_field": 1,
             "message_null": 0,  # every reason is exported, 0 until counted
             "history_file_corrupt": 0,
+            "journald_rate_limited": 7,  # of the watched unit only
         }
         assert monitor.latest.hosts[0].units[0].current is not None

@@ -13,7 +13,6 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-import pytest
 import yaml
 
 from tests.conftest import require_binary
@@ -23,14 +22,6 @@ RULES = REPO / "deploy" / "prometheus" / "vllm-sentinel-rules.yml"
 LABELS = 'job="vllm-sentinel",instance="s:9842",host="gpu-a",unit="vllm-loop.service"'
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="product defect (rules): increase(vllm_sentinel_unit_starts_total[30m]) misses the "
-    "first start of a series born at 1, so VllmCrashLooping ('at least 3 starts and 2 crashes') "
-    "stays silent for a unit that started 3 times and crashed 3 times (systemd's "
-    "StartLimitBurst=3). Count a series born in the window from 0, e.g. `increase(x[30m]) or "
-    "(x unless x offset 30m)` per series.",
-)
 def test_a_three_start_crash_loop_seen_from_its_first_start_pages(tmp_path: Path) -> None:
     """The unit appears at its first start (1), restarts twice within a minute, crashes each
     time and systemd gives up: 3 starts, 3 crashes, never ready. The alert must fire."""

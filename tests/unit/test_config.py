@@ -931,3 +931,20 @@ class TestShard:
 
 def _name_on_shard(shard: int, count: int) -> str:
     return next(f"h{index}" for index in range(1000) if shard_of(f"h{index}", count) == shard)
+
+
+class TestCrashSettle:
+    """``[defaults] crash_settle_seconds``: how long after its end a crash is counted."""
+
+    def test_default_and_value(self, tmp_path: Path) -> None:
+        path = tmp_path / "c.toml"
+        path.write_text("[defaults]\ncrash_settle_seconds = 5\n", encoding="utf-8")
+        assert load_config(path).defaults.crash_settle_seconds == 5.0
+        assert load_config(EXAMPLE).defaults.crash_settle_seconds == 30.0
+
+    @pytest.mark.parametrize("value", ["0", "0.5", "3601", '"30"'])
+    def test_out_of_range_is_refused(self, tmp_path: Path, value: str) -> None:
+        path = tmp_path / "c.toml"
+        path.write_text(f"[defaults]\ncrash_settle_seconds = {value}\n", encoding="utf-8")
+        with pytest.raises(ConfigError, match="crash_settle_seconds"):
+            load_config(path)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import ClassVar
 
 import orjson
 
@@ -62,6 +63,53 @@ class TestFields:
         assert record.from_manager and record.unit == "vllm.service"
         assert record.invocation_id == "b" * 32
         assert record.message_id == "39f53479d3a045ac8e11786248231fbf"
+
+
+class TestJournaldEntries:
+    """journald's own entries about a unit (``_TRANSPORT=driver``)."""
+
+    # the fields of a real one (systemd 252, the real-journald tier's vllm-burst.service)
+    SUPPRESSED: ClassVar[dict[str, str]] = {
+        "MESSAGE": "Suppressed 2827 messages from vllm-burst.service",
+        "MESSAGE_ID": "a596d6fe7bfa4994828e72309e95d61e",
+        "N_DROPPED": "2827",
+        "OBJECT_SYSTEMD_UNIT": "vllm-burst.service",
+        "OBJECT_PID": "266",
+        "_SYSTEMD_UNIT": "systemd-journald.service",
+        "_SYSTEMD_INVOCATION_ID": "5269808adb1b4fef8152b8f7890d28d6",
+        "_TRANSPORT": "driver",
+        "_PID": "47",
+        "_COMM": "systemd-journal",
+        "SYSLOG_IDENTIFIER": "systemd-journald",
+        "PRIORITY": "6",
+        "__REALTIME_TIMESTAMP": "1796166263273697",
+        "__CURSOR": "s=1;i=436",
+    }
+
+    def test_suppressed_messages_are_the_units_with_the_count(self) -> None:
+        """``Suppressed N messages from UNIT``: a record of UNIT (not of journald) that
+        carries N (``N_DROPPED``) and no invocation id."""
+        (record,) = JournalJsonDecoder("h").feed(_line(**self.SUPPRESSED))
+        assert record.unit == "vllm-burst.service"
+        assert record.dropped == 2827
+        assert record.invocation_id is None and not record.from_manager
+
+    def test_only_journald_can_say_it(self) -> None:
+        """The same fields from a unit's own process (stdout or the native protocol) are
+        that process's line: no count."""
+        for transport in ("stdout", "journal", "syslog"):
+            forged = {**self.SUPPRESSED, "_TRANSPORT": transport, "_SYSTEMD_UNIT": "evil.service"}
+            (record,) = JournalJsonDecoder("h").feed(_line(**forged))
+            assert record.unit == "evil.service" and record.dropped is None
+
+    def test_the_stream_id_is_kept(self) -> None:
+        """``_STREAM_ID``: which start's stdout stream the line came on."""
+        (record,) = JournalJsonDecoder("h").feed(
+            _line(MESSAGE="x", _SYSTEMD_UNIT="vllm.service", _STREAM_ID="4f7cf074" * 4)
+        )
+        assert record.stream == "4f7cf074" * 4
+        (plain,) = JournalJsonDecoder("h").feed(_line(MESSAGE="x", _SYSTEMD_UNIT="vllm.service"))
+        assert plain.stream is None and plain.dropped is None
 
 
 class TestBrokenInput:

@@ -25,6 +25,7 @@ from vllm_sentinel.engine.catalog.causes import CrashCause
 from vllm_sentinel.engine.catalog.phases import STARTUP_PHASES, Phase
 from vllm_sentinel.engine.decode.journal_json import SKIP_REASONS
 from vllm_sentinel.engine.snapshot import CollectorState, CrashInfo, HostSnapshot, Snapshot
+from vllm_sentinel.engine.tracker import RATE_LIMITED_REASON
 from vllm_sentinel.serve.exporter import SentinelCollector, make_registry
 from vllm_sentinel.serve.metrics import (
     LABEL_VALUE_LIMIT,
@@ -347,7 +348,7 @@ class TestSampleValues:
         assert skipped == {
             (host, reason): counted.get(reason, 0.0) if host == "gpu-a" else 0.0
             for host in ("gpu-a", "gpu-b")
-            for reason in (*SKIP_REASONS, HISTORY_SKIP_REASON)
+            for reason in (*SKIP_REASONS, HISTORY_SKIP_REASON, RATE_LIMITED_REASON)
         }
 
     def test_slow_is_one_hot_over_startup_phases(self) -> None:

@@ -10,6 +10,14 @@
   incarnation; a banner also frees the PIDs older incarnations own (``release_pids``: a
   restarted container reuses them).
 
+* Whatever its invocation id, a record on a journald stream (``_STREAM_ID``) first seen in an
+  older incarnation belongs to that one (``on_stream``). systemd opens a new stdout stream for
+  each start; a process left over from an earlier start (``KillMode=process``: the dead
+  worker still printing its traceback) writes on the stream it inherited, but journald stamps
+  its lines with the invocation id the unit's cgroup has *now*, the new one. Streams are never
+  reused (random ids), so a new start's processes, even with PIDs a container or a reboot
+  reused, never go back to an old incarnation.
+
 So a dead worker's traceback that journald delivers after the restart only ever touches the
 dead incarnation. Starting a new incarnation *supersedes* the current one: an unfinished one
 ends (crashed, unless a stop was asked), with ``crash.CrashBook`` deciding the rest.
@@ -31,6 +39,7 @@ from vllm_sentinel.engine.snapshot import PhaseEntry
 __all__ = ["Incarnations"]
 
 _MAX_PIDS: Final = 64
+_MAX_STREAMS: Final = 16  # per incarnation kept: the main process's, ExecStartPre=/Post= ones
 
 
 class Incarnations:
@@ -45,6 +54,7 @@ class Incarnations:
         items: the incarnations kept, oldest first.
         by_id: invocation id → incarnation.
         pid_owner: PID → the incarnation that owns it.
+        stream_owner: journald stream id → the incarnation it was first seen in.
         counting: while False, new incarnations do not count into ``starts_total``.
         starts_total: incarnations started while counting.
     """
@@ -56,6 +66,7 @@ class Incarnations:
         self.items: deque[Incarnation] = deque()
         self.by_id: dict[str, Incarnation] = {}
         self.pid_owner: dict[int, Incarnation] = {}
+        self.stream_owner: dict[str, Incarnation] = {}
         self.counting = True
         self.starts_total = 0
         self.recent_starts: deque[datetime] = deque(maxlen=RECENT_EVENTS_KEPT)  # history too
@@ -98,6 +109,24 @@ class Incarnations:
             if owner is not None and owner is not current:
                 return owner
         return current
+
+    def on_stream(self, stream: str, incarnation: Incarnation) -> Incarnation:
+        """The incarnation a record on journald stream ``stream`` belongs to, given the one
+        its invocation id (or PID) named.
+
+        A stream first seen in an older incarnation is that one's (a left-over process writes
+        on the stream of the start that spawned it); a stream seen first is ``incarnation``'s
+        from now on (at most ``_MAX_STREAMS`` per kept incarnation are remembered).
+        """
+        owners = self.stream_owner
+        owner = owners.get(stream)
+        if owner is None:
+            if len(owners) < _MAX_STREAMS * self._max:
+                owners[stream] = incarnation
+            return incarnation
+        if owner is not incarnation and owner.serial < incarnation.serial:
+            return owner
+        return incarnation
 
     def start(
         self, invocation_id: str | None, time: datetime | None, counted: bool = True
@@ -171,4 +200,7 @@ class Incarnations:
         for pid in incarnation.pids:
             if self.pid_owner.get(pid) is incarnation:
                 del self.pid_owner[pid]
+        streams = self.stream_owner
+        for stream in [key for key, owner in streams.items() if owner is incarnation]:
+            del streams[stream]
         self._crashes.forget(incarnation)

@@ -28,7 +28,6 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
-from fnmatch import fnmatchcase
 from types import MappingProxyType
 from typing import Final
 
@@ -84,8 +83,15 @@ from vllm_sentinel.engine.runtime_modes import (
 from vllm_sentinel.engine.seen_cursors import SeenCursors
 from vllm_sentinel.engine.snapshot import PhaseEntry, RuntimeModes, UnitSnapshot
 from vllm_sentinel.engine.tracebacks import ExceptionEvent, TracebackAssembler
+from vllm_sentinel.engine.unit_selection import selects
 
-__all__ = ["BENIGN_LINES_KEPT", "RECENT_EVENTS_KEPT", "TrackerSet", "UnitTracker"]
+__all__ = [
+    "BENIGN_LINES_KEPT",
+    "RATE_LIMITED_REASON",
+    "RECENT_EVENTS_KEPT",
+    "TrackerSet",
+    "UnitTracker",
+]
 
 _STARTUP: Final = frozenset(STARTUP_PHASES)
 _TP_SIZE: Final = re.compile(r"tensor_parallel_size[=':\s]+(\d{1,4})")
@@ -162,6 +168,8 @@ class UnitTracker:
             daemon sets it for history it counted before (records up to its saved cursor,
             whose counters it restored, ``restore``) and for the backfill of its first start.
             A crash counts when its end is seen while counting (or when it was carried).
+        rate_limited_total: messages of the unit journald dropped (the ``N`` of its
+            ``Suppressed N messages`` entries read while counting; not saved across restarts).
     """
 
     def __init__(
@@ -212,6 +220,7 @@ class UnitTracker:
         self._level_names = dict(_LOW_LEVELS)  # a plain dict: read on every line
         self.benign_errors_total = 0
         self.duplicates_total = 0
+        self.rate_limited_total = 0
         self.recognized_lines = 0  # lines that looked like vLLM's or systemd's (replay checks)
         # units systemd's own lines name ("vllm3.service: Main process exited…"): plain text
         # names none itself, so replay can name the unit after them (bounded, in order seen)
@@ -268,6 +277,10 @@ class UnitTracker:
                     self.duplicates_total += 1
                     continue
                 applied += 1
+                if record.dropped is not None:  # journald's word: N of the unit's lines lost
+                    if self._counting:
+                        self.rate_limited_total += record.dropped
+                    continue
                 time = record.realtime
                 if time is not None:
                     clock.observe(time)
@@ -435,6 +448,8 @@ class UnitTracker:
             incarnation = incarnations[-1]
         else:
             incarnation = self._incs.attribute(record, pid, time)
+        if record.stream is not None:  # a left-over process writes on its start's stream
+            incarnation = self._incs.on_stream(record.stream, incarnation)
         if (
             event is Event.PROCESS_STARTED
             and record.invocation_id is None
@@ -1074,8 +1089,18 @@ class UnitTracker:
         return self._snapshot
 
 
+RATE_LIMITED_REASON: Final = "journald_rate_limited"
+"""The ``records_skipped`` reason of messages journald dropped (its per-unit rate limit): the
+``N`` of its ``Suppressed N messages from UNIT`` entries about a kept unit."""
+
+
 class TrackerSet:
     """Route records to one ``UnitTracker`` per (host, unit), creating trackers on demand.
+
+    journald's ``Suppressed N messages`` entry about a kept unit (``Record.dropped``) goes to
+    that unit's tracker, which counts its ``N`` once (``UnitTracker.rate_limited_total``);
+    ``rate_limited_total`` sums them for the host (it never goes down, even when a unit is
+    removed) and ``rate_limited`` by unit.
 
     Args:
         units: unit names or globs to keep (``vllm*``); empty keeps every unit.
@@ -1097,6 +1122,8 @@ class TrackerSet:
         self._wanted: dict[str, bool] = {}  # wants() by unit name (bounded below)
         self._counting = True
         self.unrouted_total = 0
+        self.rate_limited_total = 0  # journald's dropped messages of kept units, summed
+        self.rate_limited: dict[str, int] = {}  # … by unit (the last _MAX_CACHED_UNITS units)
 
     @property
     def counting(self) -> bool:
@@ -1119,7 +1146,7 @@ class TrackerSet:
         if wanted is None:
             if len(self._wanted) >= _MAX_CACHED_UNITS:
                 self._wanted.clear()
-            wanted = self._wanted[unit] = any(fnmatchcase(unit, p) for p in self._patterns)
+            wanted = self._wanted[unit] = selects(self._patterns, unit)
         return wanted
 
     def feed(self, record: Record) -> bool:
@@ -1143,13 +1170,25 @@ class TrackerSet:
             key = (record.host, unit)
             if key != run_key:
                 if run_tracker is not None and run:
-                    applied += run_tracker.feed_many(run)
+                    applied += self._feed_run(run_tracker, run)
                     run = []
                 run_key = key
                 run_tracker = self._tracker(key)
             run.append(record)
         if run_tracker is not None and run:
-            applied += run_tracker.feed_many(run)
+            applied += self._feed_run(run_tracker, run)
+        return applied
+
+    def _feed_run(self, tracker: UnitTracker, run: list[Record]) -> int:
+        before = tracker.rate_limited_total
+        applied = tracker.feed_many(run)
+        dropped = tracker.rate_limited_total - before
+        if dropped:
+            self.rate_limited_total += dropped  # never goes down: a forgotten unit's stay
+            limited = self.rate_limited
+            if tracker.unit not in limited and len(limited) >= _MAX_CACHED_UNITS:
+                del limited[next(iter(limited))]
+            limited[tracker.unit] = limited.get(tracker.unit, 0) + dropped
         return applied
 
     def _tracker(self, key: tuple[str | None, str]) -> UnitTracker:
@@ -1175,6 +1214,12 @@ class TrackerSet:
         for tracker in trackers:
             tracker.counting = self._counting
             self._trackers[(tracker.host, tracker.unit)] = tracker
+
+    def carry_counts(self, previous: TrackerSet) -> None:
+        """Go on from the host-wide counts of the set this one replaces (a config reload)."""
+        self.rate_limited_total = previous.rate_limited_total
+        self.rate_limited = dict(previous.rate_limited)
+        self.unrouted_total = previous.unrouted_total
 
     def remove(self, host: str | None, unit: str) -> None:
         """Forget a unit (removed from config)."""

@@ -36,6 +36,7 @@ from vllm_sentinel.engine.counters import LOG_LEVELS, UnitCounters
 from vllm_sentinel.engine.decode.journal_json import SKIP_REASONS
 from vllm_sentinel.engine.snapshot import HostSnapshot, IncarnationSnapshot, Snapshot, UnitSnapshot
 from vllm_sentinel.engine.terminal_text import printable
+from vllm_sentinel.engine.tracker import RATE_LIMITED_REASON
 from vllm_sentinel.state.history_store import HISTORY_SKIP_REASON
 
 __all__ = [
@@ -121,7 +122,7 @@ def bound_label(value: str | None, limit: int = LABEL_VALUE_LIMIT) -> str:
 _PHASE_VALUES = tuple((phase, phase.value) for phase in PHASE_ORDER)
 # pending is what last_crash_info says before a crash settles; it is never counted
 _CAUSE_NAMES = tuple(c.value for c in CrashCause if c is not CrashCause.PENDING)
-_SKIP_REASONS = frozenset(SKIP_REASONS) | {HISTORY_SKIP_REASON}
+_SKIP_REASONS = frozenset(SKIP_REASONS) | {HISTORY_SKIP_REASON, RATE_LIMITED_REASON}
 _STARTUP_VALUES = tuple((phase, phase.value) for phase in STARTUP_PHASES)
 
 

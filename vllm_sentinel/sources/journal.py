@@ -49,7 +49,6 @@ import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from fnmatch import fnmatchcase
 from typing import cast
 
 import orjson
@@ -60,6 +59,7 @@ from vllm_sentinel.engine.decode.journal_json import JOURNAL_FIELDS, JournalJson
 from vllm_sentinel.engine.decode.record import Record
 from vllm_sentinel.engine.decode.unit_name import is_unit_name
 from vllm_sentinel.engine.snapshot import CollectorState
+from vllm_sentinel.engine.unit_selection import selects
 from vllm_sentinel.errors import TransportError
 from vllm_sentinel.sources.gpu import BackoffWait
 from vllm_sentinel.sources.transport import Transport
@@ -431,7 +431,7 @@ class JournalFollower:
         matching = sorted(
             name
             for name in names
-            if is_unit_name(name) and any(fnmatchcase(name, pattern) for pattern in settings.units)
+            if is_unit_name(name) and selects(settings.units, name)  # never the sentinel's own
         )
         if len(matching) > settings.max_units:
             if not self._told_too_many_units:

@@ -31,7 +31,13 @@ import orjson
 from vllm_sentinel.engine.decode.line_buffer import LineBuffer
 from vllm_sentinel.engine.decode.record import Record
 
-__all__ = ["JOURNAL_FIELDS", "SKIP_REASONS", "JournalJsonDecoder", "decode_field"]
+__all__ = [
+    "JOURNAL_DROPPED_MESSAGE_ID",
+    "JOURNAL_FIELDS",
+    "SKIP_REASONS",
+    "JournalJsonDecoder",
+    "decode_field",
+]
 
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _MAX_MESSAGE: Final = 1 << 20
@@ -53,6 +59,10 @@ JOURNAL_FIELDS: tuple[str, ...] = (
     "USER_UNIT",
     "INVOCATION_ID",
     "USER_INVOCATION_ID",
+    "_STREAM_ID",
+    "N_DROPPED",
+    "OBJECT_SYSTEMD_UNIT",
+    "OBJECT_SYSTEMD_USER_UNIT",
 )
 """Every field ``decode_entry`` reads: what ``journalctl --output-fields`` needs to send.
 
@@ -61,6 +71,11 @@ carries ~25 fields (``_CMDLINE``, ``_EXE``, ``_CAP_EFFECTIVE``…); the rest are
 cutting them roughly halves the bytes to move and the JSON to parse.
 """
 
+
+JOURNAL_DROPPED_MESSAGE_ID: Final = "a596d6fe7bfa4994828e72309e95d61e"
+"""systemd's catalog id ``SD_MESSAGE_JOURNAL_DROPPED``: journald's ``Suppressed N messages from
+UNIT`` (its per-unit rate limit, ``RateLimitBurst=``/``LogRateLimitBurst=``), written by journald
+itself (``_TRANSPORT=driver``) with ``N_DROPPED=N`` and the unit in ``OBJECT_SYSTEMD_UNIT=``."""
 
 SKIP_REASONS: tuple[str, ...] = (
     "invalid_field",
@@ -236,8 +251,19 @@ class JournalJsonDecoder:
         else:
             unit = self._str(get("_SYSTEMD_UNIT")) or self._str(get("_SYSTEMD_USER_UNIT"))
             invocation = self._str(get("_SYSTEMD_INVOCATION_ID")) or self._str(get("INVOCATION_ID"))
-        if get("_TRANSPORT") == "kernel":
+        dropped = None
+        transport = get("_TRANSPORT")
+        if transport == "kernel":
             identifier = "kernel"
+        elif transport == "driver" and get("MESSAGE_ID") == JOURNAL_DROPPED_MESSAGE_ID:
+            # journald's own word (only journald writes the driver transport) about the unit
+            # whose messages it dropped: the record is that unit's, with the count
+            about = self._str(get("OBJECT_SYSTEMD_UNIT")) or self._str(
+                get("OBJECT_SYSTEMD_USER_UNIT")
+            )
+            count = self._int(get("N_DROPPED"))
+            if about is not None and count is not None:
+                unit, invocation, dropped = about, None, count
         raw = get("PRIORITY")
         priority = (
             int(raw)
@@ -258,6 +284,8 @@ class JournalJsonDecoder:
                 cursor,
                 self._str(get("MESSAGE_ID")),
                 from_manager,
+                self._str(get("_STREAM_ID")),
+                dropped,
             ),
         )
 

@@ -35,6 +35,11 @@ class Record(NamedTuple):
         cursor: the journal cursor (``__CURSOR``), opaque.
         message_id: the catalog ``MESSAGE_ID`` of systemd's own messages.
         from_manager: True when systemd (the service manager) wrote the line about the unit.
+        stream: journald's ``_STREAM_ID`` (the stdout/stderr stream systemd opened for one
+            start of the unit, 32 hex digits): a process left over from an earlier start
+            still writes on that start's stream, whatever invocation id journald stamps.
+        dropped: for journald's own ``Suppressed N messages from UNIT`` entry about the
+            unit (``N_DROPPED``), the number of its messages journald dropped.
     """
 
     message: str
@@ -48,3 +53,5 @@ class Record(NamedTuple):
     cursor: str | None = None
     message_id: str | None = None
     from_manager: bool = False
+    stream: str | None = None
+    dropped: int | None = None

@@ -43,6 +43,13 @@ MINIMUM = {"validation": 14, "holdout": 16, "fresh": 12, "fresh2": 22}
 """Logs a set must hold (issue 10: at least 12 for the first set; the holdout brief: 16; the fresh
 set's brief: 12 to 16; issue 19's fresh set: at least 20, its brief 22)."""
 
+RECORDED = {"validation": 100, "holdout": 69, "fresh": 42, "fresh2": 82}
+"""Confident labels each set gets right as last recorded (the sets' READMEs, "After fixes"):
+a change that loses one fails here even while the set stays above the bar. Holdout 601's
+furthest phase is the one known disagreement: its label says compiling (the last marker), the
+engine says profiling_kv_cache (the assertion is raised in memory profiling: issue 19's rule that
+the innermost vLLM frames name the phase)."""
+
 MINIMUM_LABELS = {"validation": 50, "holdout": 50, "fresh": 40, "fresh2": 80}
 """Confident labels a set must hold (the fresh set's excerpts carry fewer confident labels)."""
 
@@ -252,6 +259,15 @@ class TestLabelledSets:
         print(report)
         assert score.labels >= MINIMUM_LABELS[name]
         assert score.ratio >= BAR, f"{name}: score {score.ratio:.1%} below {BAR:.0%}\n{report}"
+
+    @pytest.mark.parametrize("name", sorted(SETS))
+    def test_no_set_scores_worse_than_recorded(self, name: str) -> None:
+        """The bar alone let a set slip from 100 to 99 of 100 unseen: each set keeps its score."""
+        score = _score(name)
+        assert score.right >= RECORDED[name], (
+            f"{name}: {score.right} right, recorded {RECORDED[name]}\n"
+            f"{format_report(score, bar=BAR)}"
+        )
 
     @pytest.mark.parametrize("name", sorted(BELOW_BAR))
     def test_score_below_the_bar_is_no_worse_than_its_first_run(self, name: str) -> None:

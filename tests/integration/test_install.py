@@ -34,7 +34,8 @@ from tests.integration.conftest import BuiltPackage
 from tests.support.booted_root import BootedRoot, BootError
 from tests.support.packaging import ROOT
 
-pytestmark = pytest.mark.integration
+# the worker that builds the session's wheelhouse (``built_package``) under pytest-xdist
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("built_package")]
 
 INSTALL_DOC = ROOT / "docs" / "install.md"
 CHECKOUT = "/root/vllm-sentinel"
@@ -143,7 +144,7 @@ def root(tmp_path: Path, built_package: BuiltPackage) -> Iterator[BootedRoot]:
         booted.stop()
 
 
-def test_install_then_uninstall_as_the_readme_says(root: BootedRoot) -> None:
+def test_install_then_uninstall_as_written(root: BootedRoot) -> None:
     """From a checkout to a hardened service serving the host's vLLM units, and back to nothing."""
     _fake_vllm(root, "vllm-test.service")
     _fake_vllm(root, "llm-serve.service")

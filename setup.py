@@ -36,6 +36,7 @@ HOT_PATH = [
     "vllm_sentinel/engine/decode/vllm_line.py",
     "vllm_sentinel/engine/catalog/markers.py",
     "vllm_sentinel/engine/tracebacks.py",
+    "vllm_sentinel/engine/catalog/failures.py",
     "vllm_sentinel/engine/catalog/causes.py",
     "vllm_sentinel/engine/catalog/failure_lines.py",
     "vllm_sentinel/engine/decode/line_buffer.py",

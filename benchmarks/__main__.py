@@ -85,6 +85,13 @@ def _section(name: str, function: Callable[[], dict[str, Any]]) -> dict[str, Any
     return result
 
 
+def _operand(rest: tuple[str, ...]) -> str:
+    """How a target row names a command's arguments: ``--help`` as it is, a path as FILE."""
+    if not rest:
+        return ""
+    return f" {rest[0]}" if rest[0].startswith("--") else " FILE"
+
+
 def _get(report: dict[str, Any], *path: str) -> Any:
     node: Any = report
     for key in path:
@@ -109,7 +116,7 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
     hosts = largest["hosts"] if largest else 200  # the issue's fleet when not measured
     scraped = _get(report, "scrape", "hosts") or 200
     starts = [
-        row(f"`vllm-sentinel {args[0]}{' FILE' if args[1:] else ''}` start ≤ 10× `python -c pass`",
+        row(f"`vllm-sentinel {args[0]}{_operand(args[1:])}` start ≤ 10× `python -c pass`",
             _get(report, "cli", "commands", name, "vs_python_pass"), 10.0, above=False, unit="×")
         for name, args in COMMANDS
     ]  # fmt: skip

@@ -99,7 +99,7 @@ def build_text(path: Path, min_lines: int) -> int:
 
 # --- journal JSON ------------------------------------------------------------------------
 
-_STARTED = "39f53479d3a045ac8e117862248231bf"
+_STARTED = "39f53479d3a045ac8e11786248231fbf"
 _BOOT = "5b3a1c0d9e8f47a6b2c4d6e8f0a1b3c5"
 _MACHINE = "0f1e2d3c4b5a69788796a5b4c3d2e1f0"
 _START_US = 1_767_225_600_000_000  # 2026-01-01T00:00:00Z

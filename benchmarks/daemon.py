@@ -48,7 +48,7 @@ PHASE_LINES: tuple[tuple[str, str], ...] = (
 )  # fmt: skip
 """A healthy start after systemd's ``Started``: one line per phase, as vLLM 0.9 logs them."""
 
-STARTED = "39f53479d3a045ac8e117862248231bf"
+STARTED = "39f53479d3a045ac8e11786248231fbf"
 STOPPING = "de5b426a63be47a7b6ac3eaac82e2f6f"
 STOPPED = "9d1aaa27d60140bd96365438aad20286"
 

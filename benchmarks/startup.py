@@ -26,6 +26,7 @@ SMALL_LOG = ROOT / "tests/golden/logs/101-journald-v0.15.1-boot-kv-too-small-res
 COMMANDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("version", ("--version",)),
     ("help", ("--help",)),
+    ("watch_help", ("watch", "--help")),
     ("replay_small_file", ("replay", str(SMALL_LOG))),
     ("check_config", ("check-config", str(ROOT / "config.example.toml"))),
 )

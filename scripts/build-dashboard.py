@@ -65,7 +65,7 @@ UNIT = 'host=~"$host", unit=~"$unit"'
 
 # Phases in order, as recorded by host_unit:vllm_sentinel_unit_phase:index, with their colours:
 # blues while starting, purple while compiling and profiling, green when ready, grey when
-# stopped on purpose, red when crashed.
+# stopped on purpose, red when crashed; sleeping (added last, so the indices above stay) teal.
 PHASES: tuple[tuple[str, str], ...] = (
     ("starting", "super-light-blue"),
     ("initializing", "light-blue"),
@@ -78,6 +78,7 @@ PHASES: tuple[tuple[str, str], ...] = (
     ("stopping", "#8e8e8e"),
     ("stopped", "#5a5a5a"),
     ("crashed", "red"),
+    ("sleeping", "#4e8f86"),  # vLLM sleep mode: ready, its GPU memory freed (index 11)
 )
 
 

@@ -26,7 +26,7 @@ from vllm_sentinel.engine.decode.text_log import TextLogDecoder
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "vllm_sentinel" / "incidents"
-STARTED = "39f53479d3a045ac8e117862248231bf"
+STARTED = "39f53479d3a045ac8e11786248231fbf"
 
 
 def _invocation_id(unit: str, number: int) -> str:

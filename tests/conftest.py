@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import structlog
 
+from tests.support.packaging import tracked_tree, wheelhouse
 from tests.support.tls import write_self_signed
 
 
@@ -73,3 +76,32 @@ def tls_files(tmp_path: Path) -> tuple[Path, Path]:
 def _reset_structlog() -> None:
     """structlog keeps one global configuration: reset it around every test."""
     structlog.reset_defaults()
+
+
+@dataclass(frozen=True)
+class BuiltPackage:
+    """A copy of the tracked tree, and a wheelhouse with its pure wheel and every dependency."""
+
+    tree: Path
+    wheelhouse: Path
+    log: str
+
+    @property
+    def wheel(self) -> Path:
+        (wheel,) = self.wheelhouse.glob("vllm_sentinel-*.whl")
+        return wheel
+
+
+@pytest.fixture(scope="session")
+def built_package(tmp_path_factory: pytest.TempPathFactory) -> BuiltPackage:
+    """The package built once per session with ``pip wheel -v`` (as a user's pip builds it)."""
+    require_binary("git")
+    base = tmp_path_factory.mktemp("package")
+    tree = tracked_tree(base / "tree")
+    wheels = base / "wheelhouse"
+    try:
+        log = wheelhouse(wheels, tree)
+    except subprocess.CalledProcessError as error:
+        output = (error.stdout or b"").decode(errors="replace")[-3000:]
+        pytest.fail(f"pip wheel failed: {(error.stderr or b'').decode()[-3000:]}\n{output}")
+    return BuiltPackage(tree, wheels, log)

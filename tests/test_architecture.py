@@ -115,6 +115,7 @@ def test_every_module_is_in_a_floor_or_is_a_command() -> None:
         "log",
         "monitor",
         "replay",
+        "watch",
     }
 
 

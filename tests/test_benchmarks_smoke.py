@@ -52,7 +52,14 @@ def test_quick_mode_writes_a_well_formed_report(tmp_path: Path) -> None:
         assert "error" not in report[section], report[section].get("error")
     assert report["throughput"]["contenders"]["engine_text"]["lines"] > 0
     commands = report["cli"]["commands"]
-    assert {"python_pass", "version", "help", "replay_small_file", "check_config"} <= set(commands)
+    assert {
+        "python_pass",
+        "version",
+        "help",
+        "watch_help",
+        "replay_small_file",
+        "check_config",
+    } <= set(commands)
     assert commands["python_pass"]["vs_python_pass"] == 1.0
     assert report["replay"]["replay"]["found"]["incarnations"] > 0
     assert report["replay"]["lines"] >= 5_000
@@ -62,7 +69,7 @@ def test_quick_mode_writes_a_well_formed_report(tmp_path: Path) -> None:
     assert report["scrape"]["text"]["identical_to_prometheus_client"] is True
     assert report["scrape"]["text"]["render_all_hosts_changed_seconds"] > 0
     targets = report["targets"]
-    assert len(targets) == 17
+    assert len(targets) == 18  # one start-up row per command of startup.COMMANDS
     assert all(set(target) == {"target", "value", "limit", "unit", "met"} for target in targets)
     assert all(math.isfinite(number) for number in _numbers(report) if not math.isnan(number))
     assert b"report:" in result.stdout

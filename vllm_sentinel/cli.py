@@ -30,7 +30,16 @@ import click
 
 from vllm_sentinel import __version__
 
-__all__ = ["INPUT_FORMATS", "PASSWORD_ENV", "fetch_status", "main"]
+__all__ = [
+    "CONFIG_ENV",
+    "DEFAULT_CONFIG_PATH",
+    "INPUT_FORMATS",
+    "PASSWORD_ENV",
+    "WATCH_EXIT_STATUSES",
+    "cli",
+    "fetch_status",
+    "main",
+]
 
 INPUT_FORMATS = ("auto", "json", "text")
 """``replay --format`` choices: the values of ``replay.InputFormat``, spelled out here so that
@@ -146,7 +155,91 @@ def _check_input_path(path: str) -> None:
         _fail(f"cannot read {path}: is a directory")
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+CONFIG_ENV = "VLLM_SENTINEL_CONFIG"
+"""The environment variable naming the config file ``run`` and ``status`` read when no option
+says (before ``DEFAULT_CONFIG_PATH``)."""
+
+DEFAULT_CONFIG_PATH = "/etc/vllm-sentinel/config.toml"
+"""Where the README's install writes the config: ``run`` and ``status`` read it when it is there
+and neither an option nor ``$VLLM_SENTINEL_CONFIG`` names another."""
+
+
+def _check_config_readable(path: str, why: str = "") -> None:
+    """Exit 2 with one line when the config file ``path`` cannot be opened: the words of every
+    command (``run --config``, ``check-config``, ``status``)."""
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as error:
+        _fail(f"cannot read {path}: {_os_reason(error)}{why}")
+
+
+def _installed_config(*, readable_only: bool = False) -> str | None:
+    """The config file to read when no option names one: ``$VLLM_SENTINEL_CONFIG`` (which
+    must be readable: exit 2 otherwise), else ``DEFAULT_CONFIG_PATH`` when it exists, else
+    ``None``. ``readable_only`` (``status``): ``DEFAULT_CONFIG_PATH`` only when this user may
+    read it (the install makes it 0640 root:vllm-sentinel; others get the default address)."""
+    named = os.environ.get(CONFIG_ENV)
+    if named:
+        _check_config_readable(named, f" (named by ${CONFIG_ENV})")
+        return named
+    if not os.path.exists(DEFAULT_CONFIG_PATH):
+        return None
+    if readable_only and not os.access(DEFAULT_CONFIG_PATH, os.R_OK):
+        return None
+    return DEFAULT_CONFIG_PATH
+
+
+class _OneLineUsageError(click.UsageError):
+    """A usage error shown as the CLI's other errors are: one line on stderr, exit status 2."""
+
+    def show(self, file: Any = None) -> None:
+        """``vllm-sentinel: replay: Invalid value for '--last': … (see 'vllm-sentinel replay
+        --help')``: click's own is three lines (usage, a hint, the error)."""
+        names: list[str] = []
+        ctx = self.ctx
+        while ctx is not None and ctx.parent is not None:  # the root's name is how it was run
+            names.insert(0, ctx.info_name or "")
+            ctx = ctx.parent
+        where = " ".join(names)
+        prefix = f"{where}: " if where else ""
+        path = " ".join(["vllm-sentinel", *names])
+        click.echo(
+            f"vllm-sentinel: {prefix}{self.format_message().rstrip('.')} (see '{path} --help')",
+            file=file,
+            err=file is None,
+        )
+
+
+class _Commands(click.Group):
+    """The command group; its own and its commands' usage errors are one line (exit 2)."""
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.UsageError as error:
+            raise _one_line(error) from None
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as error:
+            raise _one_line(error) from None
+
+
+def _one_line(error: click.UsageError) -> click.UsageError:
+    if isinstance(error, _OneLineUsageError):
+        return error
+    return _OneLineUsageError(error.format_message(), error.ctx)
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="vllm-sentinel")
 def cli() -> None:
     """Watch vLLM units: startup phases, stalls, crash root causes, as Prometheus metrics."""
@@ -174,8 +267,27 @@ def cli() -> None:
     show_default=True,
     help="A timeline with verdicts, or one JSON document.",
 )
+@click.option(
+    "--last",
+    "last",
+    type=click.IntRange(min=2),
+    default=8,
+    show_default=True,
+    help="Show each unit's last N incarnations whole; the earlier ones are summed up.",
+)
+@click.option(
+    "--all",
+    "show_all",
+    is_flag=True,
+    help="Show every incarnation (a crash loop of thousands prints thousands).",
+)
 def replay_command(
-    files: tuple[str, ...], input_format: str, unit: str | None, output: str
+    files: tuple[str, ...],
+    input_format: str,
+    unit: str | None,
+    output: str,
+    last: int,
+    show_all: bool,
 ) -> None:
     """Replay recorded logs (FILE… or - for stdin) and print each unit's timeline and verdict.
 
@@ -186,11 +298,14 @@ def replay_command(
     that names several units is read as one, with a warning). A missing path, a directory, an
     input that cannot be opened or read, corrupt compressed data or binary data (not a log) is
     one line on stderr and exit status 2, with no timeline. On a terminal, verdicts are wrapped
-    to its width; --output json keeps every message whole.
+    to its width; --output json keeps every message whole. A unit with more incarnations than
+    --last shows the last ones and one line on the earlier ones (how many, how each ended,
+    when), with the unit's totals; --all shows every one.
     """
     from datetime import UTC, datetime
 
     from vllm_sentinel.engine.report import render_text, to_json
+    from vllm_sentinel.engine.terminal_text import json_for_terminal, printable
     from vllm_sentinel.replay import InputFormat, replay
     from vllm_sentinel.sources.replay_input import InputError, read_input
 
@@ -205,6 +320,8 @@ def replay_command(
             unit=unit,
             names=[os.path.basename(path) if path != "-" else "stdin" for path in files],
             reference_year=datetime.now(UTC).year,
+            keep=None if show_all else last,
+            labels=["stdin" if path == "-" else path for path in files],
         )
     except InputError as error:
         _fail(str(error))
@@ -214,14 +331,17 @@ def replay_command(
         document = to_json(result.units)
         document["skipped"] = dict(result.skipped)
         document["warnings"] = list(result.warnings)
-        click.echo(orjson.dumps(document, option=orjson.OPT_INDENT_2))
+        click.echo(json_for_terminal(orjson.dumps(document, option=orjson.OPT_INDENT_2)))
     else:
-        click.echo(render_text(result.units, width=_terminal_width()), nl=False)
+        from vllm_sentinel.serve.runbook import installed_runbook
+
+        text = render_text(result.units, width=_terminal_width(), runbook=installed_runbook())
+        click.echo(printable(text), nl=False)
         if result.skipped:
             detail = ", ".join(f"{k}={v}" for k, v in sorted(result.skipped.items()))
-            click.echo(f"skipped input: {detail}")
+            click.echo(printable(f"skipped input: {detail}"))
     for warning in result.warnings:
-        click.echo(f"vllm-sentinel: warning: {warning}", err=True)
+        click.echo(printable(f"vllm-sentinel: warning: {warning}"), err=True)
 
 
 def _terminal_width() -> int | None:
@@ -265,9 +385,10 @@ def _setup_logging(log_format: str, log_level: str) -> None:
 @click.option(
     "--config",
     "config_path",
-    type=click.Path(dir_okay=False),
     default=None,
-    help="TOML config (default: watch this host's vllm*.service units).",
+    metavar="PATH",
+    help=f"TOML config (default: ${CONFIG_ENV}, else {DEFAULT_CONFIG_PATH} when it exists, "
+    "else watch this host's vllm*.service units).",
 )
 @click.option(
     "--log-format", type=click.Choice(["console", "json"]), default="console", show_default=True
@@ -298,11 +419,15 @@ def run_command(
 
     if listen is not None:
         _check_listen_option(listen)
+    if config_path is None:
+        config_path = _installed_config()
+    if config_path is not None:
+        _check_config_readable(config_path)
     _setup_logging(log_format, log_level)
     try:
         config = load_config(config_path) if config_path else default_config()
     except ConfigError as error:
-        _fail(f"invalid config: {error}")
+        _fail(_in_file(config_path, error))
 
     daemon = Daemon(config, config_path, listen=listen)
     for warning in daemon.config.warnings:  # with --listen in place
@@ -331,11 +456,7 @@ def check_config_command(path: str) -> None:
     from vllm_sentinel.errors import ConfigError
 
     _allow_fast_exit()
-    try:
-        with open(path, "rb"):
-            pass
-    except OSError as error:
-        _fail(f"cannot read {path}: {_os_reason(error)}")
+    _check_config_readable(path)
     try:
         for line in check_config(path):
             click.echo(line)
@@ -528,6 +649,37 @@ def _check_listen_option(listen: str) -> tuple[str, int]:
         _fail(f"--listen: {error}")
 
 
+_DEFAULT_STATUS_URL = "http://127.0.0.1:9842"
+
+
+def _config_url(path: str) -> str:
+    """The URL ``status`` asks for the daemon of config file ``path``: its ``[exporter]``
+    listen address (loopback for an address that means every interface), ``https://`` when
+    it serves TLS. Exit 2 with one line for a config ``run`` would refuse."""
+    from vllm_sentinel.config import load_config
+    from vllm_sentinel.errors import ConfigError
+
+    try:
+        exporter = load_config(path).exporter
+    except ConfigError as error:
+        _fail(_in_file(path, error))
+    host, port = exporter.listen_host, exporter.listen_port
+    if host in ("", "0.0.0.0"):  # noqa: S104 (read from the config, not bound here)
+        host = "127.0.0.1"
+    elif host == "::":
+        host = "::1"
+    tls = exporter.has_tls
+    if exporter.web_config_file:
+        from vllm_sentinel.serve.web_config import load_web_config
+
+        try:
+            tls = load_web_config(exporter.web_config_file).tls is not None
+        except ConfigError as error:
+            _fail(_in_file(exporter.web_config_file, error))
+    where = f"[{host}]" if ":" in host else host
+    return f"{'https' if tls else 'http'}://{where}:{port}"
+
+
 PASSWORD_ENV = "VLLM_SENTINEL_PASSWORD"  # noqa: S105  (a variable's name, not a password)
 """The environment variable ``status --user`` reads the basic-auth password from."""
 
@@ -640,9 +792,10 @@ def fetch_status(url: str, *, cacert: str | None = None, user: str | None = None
 @cli.command("status")
 @click.option(
     "--url",
-    default="http://127.0.0.1:9842",
-    show_default=True,
-    help="Base URL of a running vllm-sentinel (http:// or https://).",
+    default=None,
+    help="Base URL of a running vllm-sentinel (http:// or https://). Default: the [exporter] "
+    f"listen address of ${CONFIG_ENV}'s file, else of {DEFAULT_CONFIG_PATH} when it exists, "
+    "else http://127.0.0.1:9842.",
 )
 @click.option(
     "--cacert",
@@ -656,7 +809,7 @@ def fetch_status(url: str, *, cacert: str | None = None, user: str | None = None
     help=f"Basic-auth user; the password is read from ${PASSWORD_ENV}.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the raw /status document.")
-def status_command(url: str, cacert: str | None, user: str | None, as_json: bool) -> None:
+def status_command(url: str | None, cacert: str | None, user: str | None, as_json: bool) -> None:
     """Show hosts and units of a running daemon (from its /status).
 
     Exit status 2 with one line on stderr when the status cannot be read (401, TLS
@@ -665,12 +818,189 @@ def status_command(url: str, cacert: str | None, user: str | None, as_json: bool
     import orjson
 
     from vllm_sentinel.engine.report import render_status
+    from vllm_sentinel.engine.terminal_text import json_for_terminal, printable
 
+    if url is None:
+        path = _installed_config(readable_only=True)
+        url = _config_url(path) if path is not None else _DEFAULT_STATUS_URL
     document = fetch_status(url, cacert=cacert, user=user)
     if as_json:
-        click.echo(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode())
+        click.echo(json_for_terminal(orjson.dumps(document, option=orjson.OPT_INDENT_2)).decode())
         return
-    click.echo(render_status(document), nl=False)
+    click.echo(printable(render_status(document, runbook=url.rstrip("/") + "/runbook")), nl=False)
+
+
+WATCH_EXIT_STATUSES = (
+    "Exit status: 0 every UNIT reached the --until state; 1 a followed incarnation crashed "
+    "(its cause and fix hint on stderr, one line each); 3 one stalled; 4 the --timeout ran "
+    "out; 2 bad usage, or the journal cannot be read (connection, host key, journalctl)."
+)
+
+
+@cli.command("watch", epilog=WATCH_EXIT_STATUSES)
+@click.argument("units", nargs=-1, required=True, metavar="UNIT...")
+@click.option(
+    "--host",
+    default=None,
+    metavar="[USER@]HOST[:PORT]",
+    help="Read the journal over SSH (host key checked against --known-hosts).",
+)
+@click.option(
+    "--known-hosts",
+    default="~/.ssh/known_hosts",
+    show_default=True,
+    help="known_hosts file the --host key must be in.",
+)
+@click.option(
+    "--identity",
+    "identities",
+    multiple=True,
+    metavar="PATH",
+    help="Private key to log in to --host with (repeatable; default: the agent and ~/.ssh).",
+)
+@click.option(
+    "--directory",
+    default=None,
+    metavar="DIR",
+    help="Read the journal files in DIR (journalctl's --directory; on --host, there).",
+)
+@click.option(
+    "--until",
+    "until_text",
+    default="ready",
+    show_default=True,
+    metavar="ready|settled|PHASE",
+    help="Stop when every UNIT is ready, settled (ready or stopped), or reached PHASE.",
+)
+@click.option(
+    "--timeout",
+    "timeout_text",
+    default=None,
+    metavar="DURATION",
+    help="Give up after this long (90s, 5m, 1h30m; exit status 4). Default: never.",
+)
+@click.option("--json", "as_json", is_flag=True, help="NDJSON events on stdout, one a line.")
+@click.option(
+    "--state-directory",
+    default="/var/lib/vllm-sentinel",
+    show_default=True,
+    help="The daemon's state directory: its startup history gives the ETA (read only).",
+)
+def watch_command(
+    units: tuple[str, ...],
+    host: str | None,
+    known_hosts: str,
+    identities: tuple[str, ...],
+    directory: str | None,
+    until_text: str,
+    timeout_text: str | None,
+    as_json: bool,
+    state_directory: str,
+) -> None:
+    """Follow UNIT... from its current incarnation until it is ready, crashed or stalled.
+
+    Reads the unit's journal (this machine's, the files in --directory, or --host's over
+    SSH) from its last two starts, then as lines arrive; GPU memory from NVML here or
+    nvidia-smi on --host. Shows which incarnation it follows, the phase and time in it,
+    shards and progress, the ETA and its basis, GPU memory, stalled or slower than usual,
+    and the crash cause and fix hint of the incarnation before. On a terminal: one block
+    redrawn in place; piped: one line per event; --json: NDJSON events. Same engine and
+    rules as the daemon (see docs/watch.md).
+    """
+    import asyncio
+
+    from vllm_sentinel.config import local_host_name, validate_unit_pattern
+    from vllm_sentinel.watch import (
+        JsonOutput,
+        LineOutput,
+        LiveOutput,
+        WatchJudge,
+        WatchOutput,
+        WatchTarget,
+        parse_duration,
+        parse_until,
+        run_watch,
+    )
+
+    names = []
+    for unit in units:
+        name = unit if "." in unit.rsplit("@", 1)[-1] else f"{unit}.service"
+        try:
+            validate_unit_pattern(name)
+        except ValueError as error:
+            _fail(f"watch: {error}")
+        if any(char in name for char in "*?["):
+            _fail(f"watch: {unit!r}: name the units to follow (no globs)")
+        names.append(name)
+    try:
+        until = parse_until(until_text)
+        timeout = parse_duration(timeout_text) if timeout_text is not None else None
+    except ValueError as error:
+        _fail(f"watch: {error}")
+    _setup_logging("console", "error")
+    journalctl_args = (f"--directory={directory}",) if directory else ()
+    if host is None:
+        from vllm_sentinel.sources.transport import LocalTransport
+
+        name = local_host_name()
+        target = WatchTarget(
+            name,
+            LocalTransport(name),
+            journalctl_args,
+            gpu="nvml",
+            history_directory=os.path.join(state_directory, "history"),
+        )
+    else:
+        from vllm_sentinel.init_config import InitConfigError, parse_ssh_target
+        from vllm_sentinel.sources.transport import SshSettings, SshTransport
+
+        try:
+            parsed = parse_ssh_target(host)
+        except InitConfigError as error:
+            _fail(f"watch: {str(error).replace('--ssh', '--host', 1)}")
+        settings = SshSettings(
+            address=parsed.address,
+            port=parsed.port,
+            user=parsed.user,
+            client_keys=identities,
+            known_hosts=known_hosts,
+        )
+        target = WatchTarget(
+            parsed.name,
+            SshTransport(parsed.name, settings),
+            journalctl_args,
+            gpu="nvidia-smi",
+            history_directory=os.path.join(state_directory, "history"),
+        )
+
+    def output(judge: WatchJudge) -> WatchOutput:
+        if as_json:
+            return JsonOutput(sys.stdout)
+        if sys.stdout.isatty():
+            import shutil
+
+            return LiveOutput(sys.stdout, judge, lambda: shutil.get_terminal_size().columns)
+        return LineOutput(sys.stdout)
+
+    result: list[int] = []
+
+    async def follow() -> None:
+        result.append(
+            await run_watch(
+                target,
+                names,
+                until,
+                output,
+                timeout_seconds=timeout,
+                err=lambda line: click.echo(f"vllm-sentinel: {line}", err=True),
+            )
+        )
+
+    try:
+        asyncio.run(_until_signal(follow()))
+    except KeyboardInterrupt:  # before the handlers were installed
+        sys.exit(FORCED_EXIT_STATUS)
+    sys.exit(result[0] if result else FORCED_EXIT_STATUS)  # stopped by a signal: 130
 
 
 def main() -> None:

@@ -37,6 +37,7 @@ Rules worth knowing (``config.example.toml`` documents every key):
 from __future__ import annotations
 
 import difflib
+import errno
 import hashlib
 import ipaddress
 import os
@@ -67,7 +68,7 @@ from vllm_sentinel.engine.catalog.causes import DEFAULT_BENIGN_PATTERNS, BenignM
 from vllm_sentinel.engine.catalog.phases import STARTUP_PHASES, Phase
 from vllm_sentinel.engine.health import ProbePolicy, ProbeSettings
 from vllm_sentinel.engine.stall import DEFAULT_SLOW_FACTOR, DEFAULT_SLOW_FLOOR_SECONDS
-from vllm_sentinel.errors import ConfigError
+from vllm_sentinel.errors import ConfigError, StateDirectoryError
 
 if TYPE_CHECKING:  # imported where used: asyncssh (0.2 s) is not for check-config
     from vllm_sentinel.sources.transport import SshSettings
@@ -89,6 +90,7 @@ __all__ = [
     "check_config",
     "default_config",
     "load_config",
+    "local_host_name",
     "parse_config",
     "parse_listen_address",
     "parse_shard",
@@ -386,6 +388,8 @@ class ExporterConfig(BaseModel):
     tls_cert_file: str = ""
     tls_key_file: str = Field(default="", validate_default=True)
     web_config_file: str = ""
+    max_connections: Annotated[int, Field(ge=1, le=4096)] = 64
+    request_read_timeout_seconds: Annotated[float, Field(ge=0.5, le=300.0)] = 10.0
 
     @field_validator("tls_key_file", mode="after")
     @classmethod
@@ -506,6 +510,7 @@ class DefaultsConfig(BaseModel):
         default=DEFAULT_BENIGN_PATTERNS, strict=False
     )
     traceback_hold_seconds: float = Field(default=300.0, ge=0, le=86_400)
+    forget_unit_after_seconds: float = Field(default=604_800.0, ge=0)
     state_directory: str = Field(default="/var/lib/vllm-sentinel", min_length=1)
     cursor_flush_interval_seconds: float = Field(default=1.0, gt=0, le=3600)
     unit_discovery_interval_seconds: float = Field(default=30.0, gt=0, le=3600)
@@ -662,6 +667,12 @@ class HostConfig(BaseModel):
     def probe_policy(self) -> ProbePolicy:
         """Return how this host's units are probed (``[defaults.health_probe]`` merged in)."""
         return self.health_probe.policy()
+
+
+def local_host_name() -> str:
+    """This machine's short host name, as the default config names the local host (the
+    daemon's ``host`` label; ``localhost`` when the name is not a valid label)."""
+    return _local_host_name()
 
 
 def _local_host_name() -> str:
@@ -935,23 +946,30 @@ def _missing_files(config: Config) -> list[str]:
 
 
 def _state_directory_problem(directory: str) -> str | None:
-    """Why ``run`` (as this user) could not create or write ``directory``; ``None`` when it
-    could, as far as permissions tell without writing (``run`` proves it with a synced file).
+    """What ``run`` (as this user) would say of ``directory`` (``cursor_store``'s words), or
+    ``None`` when it could create and write it: a file is created and removed there (a
+    directory in its nearest existing parent when it does not exist yet), so that what only
+    trying tells (``/proc`` refuses new entries even to root) is found too.
     """
+    import tempfile
+
     path = os.path.abspath(os.path.expanduser(directory))
-    if os.path.isdir(path):
-        if os.access(path, os.W_OK | os.X_OK):
+    try:
+        if os.path.isdir(path):
+            descriptor, name = tempfile.mkstemp(prefix=".check-config.", dir=path)
+            os.close(descriptor)
+            os.unlink(name)
             return None
-        return f"{path} is not writable by this user"
-    if os.path.lexists(path):
-        return f"{path} is not a directory"
-    parent = os.path.dirname(path)
-    while not os.path.lexists(parent):  # run creates the missing parents too
-        parent = os.path.dirname(parent)
-    if not os.path.isdir(parent):
-        return f"{path} cannot be created here: {parent} is not a directory"
-    if not os.access(parent, os.W_OK | os.X_OK):
-        return f"{path} cannot be created here: {parent} is not writable by this user"
+        if os.path.lexists(path):
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
+        parent = os.path.dirname(path)
+        while not os.path.lexists(parent):  # run creates the missing parents too
+            parent = os.path.dirname(parent)
+        if not os.path.isdir(parent):
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
+        os.rmdir(tempfile.mkdtemp(prefix=".check-config.", dir=parent))
+    except OSError as error:
+        return str(StateDirectoryError.unwritable(path, (error.strerror or str(error)).lower()))
     return None
 
 
@@ -1007,9 +1025,7 @@ def check_config(path: str | os.PathLike[str]) -> list[str]:
     warnings = [*config.warnings, *_missing_files(config)]
     problem = _state_directory_problem(config.defaults.state_directory)
     if problem is not None:
-        warnings.append(
-            f"defaults.state_directory: {problem} (run refuses to start without a writable one)"
-        )
+        warnings.append(problem)  # run's words: it refuses to start
     if security.basic_auth_without_tls:
         warnings.append(
             f"exporter.web_config_file: {exporter.web_config_file} has basic_auth_users "

@@ -47,6 +47,7 @@ from vllm_sentinel.monitor import GpuDown, GpuSample, HostPlan, Monitor, StateSa
 from vllm_sentinel.serve.exporter import SentinelCollector, make_registry
 from vllm_sentinel.serve.http import (
     BasicAuthenticator,
+    ConnectionLimits,
     ServerHandle,
     load_exporter_security,
     make_app,
@@ -67,7 +68,7 @@ from vllm_sentinel.sources.journal import (
     JournalFollower,
 )
 from vllm_sentinel.sources.transport import LocalTransport, SshSettings, SshTransport, Transport
-from vllm_sentinel.state.cursor_store import CursorStore, HostState
+from vllm_sentinel.state.cursor_store import CursorStore, HostState, lock_name
 from vllm_sentinel.state.history_store import HistoryStore
 
 __all__ = [
@@ -133,6 +134,7 @@ def host_plan(host: HostConfig, config: Config) -> HostPlan:
         probe_policy=host.probe_policy(),
         slow_factor=host.slow_factor,
         slow_floor_seconds=host.slow_floor_seconds,
+        same_clock=host.local,
     )
 
 
@@ -155,7 +157,10 @@ def serve_http(
     users = security.basic_auth_users
     authenticator = BasicAuthenticator(users) if users else None
     app = make_app(registry, status, authenticator=authenticator, snapshot=get_snapshot)
-    return start_http_server(exporter.listen_host, exporter.listen_port, app, security.ssl_context)
+    limits = ConnectionLimits(exporter.max_connections, exporter.request_read_timeout_seconds)
+    return start_http_server(
+        exporter.listen_host, exporter.listen_port, app, security.ssl_context, limits
+    )
 
 
 @dataclass(slots=True)
@@ -206,6 +211,7 @@ class Daemon:
             history=self.history,
             benign_patterns=config.defaults.benign_patterns,
             traceback_hold_seconds=config.defaults.traceback_hold_seconds,
+            forget_unit_after_seconds=config.defaults.forget_unit_after_seconds,
             show_saved_counters=True,
         )
         self.monitor.register_sentinel(self._sentinel_state)
@@ -287,10 +293,18 @@ class Daemon:
         counters could not be saved (``cursor_save_failed``).
 
         Raises:
-            StateDirectoryError: the state directory cannot be written (nothing started).
+            StateDirectoryError: the state directory cannot be written, or another daemon
+                holds it (``CursorStore.lock``): nothing started.
             ConfigError: the exporter's web config or TLS files cannot be used.
         """
         self._cursors.check_writable()
+        self._cursors.lock(lock_name(self.config.shard))  # one daemon per directory and shard
+        try:
+            return await self._serve()
+        finally:
+            self._cursors.unlock()
+
+    async def _serve(self) -> int:
         for host in self.config.hosts:
             self._restore(host)
         self._cursors.flush_sync()
@@ -391,6 +405,7 @@ class Daemon:
                 backfill_max_age_seconds=defaults.backfill_max_age_seconds,
                 backfill_max_records=defaults.backfill_max_records,
                 unit_discovery_interval_seconds=defaults.unit_discovery_interval_seconds,
+                forget_unit_after_seconds=defaults.forget_unit_after_seconds,
             ),
             # after a reload, the cursor applied in this run (not yet saved) is the newest
             cursor=self.monitor.applied_cursor(host.name) or self._history[host.name].cursor,

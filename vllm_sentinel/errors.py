@@ -36,7 +36,19 @@ class InputError(SentinelError):
 
 
 class StateDirectoryError(SentinelError):
-    """The state directory (cursors and counters) cannot be created or written."""
+    """The state directory (cursors and counters) cannot be created or written.
+
+    ``StateDirectoryError.unwritable(directory, reason)`` words it as ``run`` and
+    ``check-config`` both say it.
+    """
+
+    @classmethod
+    def unwritable(cls, directory: object, reason: str) -> "StateDirectoryError":
+        """The error for ``directory`` that cannot be written, ``reason`` in words."""
+        return cls(
+            f"state directory {directory}: cannot write there: {reason} (set "
+            "defaults.state_directory to a writable directory)"
+        )
 
 
 class TransportError(SentinelError):

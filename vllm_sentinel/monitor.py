@@ -27,7 +27,7 @@ import asyncio
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
 
 import structlog
@@ -36,7 +36,14 @@ from vllm_sentinel.engine.catalog.causes import DEFAULT_BENIGN_PATTERNS, BenignM
 from vllm_sentinel.engine.catalog.markers import MarkerMatcher
 from vllm_sentinel.engine.catalog.phases import STARTUP_PHASES, Outcome, Phase
 from vllm_sentinel.engine.counters import UnitCounters
-from vllm_sentinel.engine.eta import estimate_ready, same_model, startup_record, usual_phase_seconds
+from vllm_sentinel.engine.decode.record import Record
+from vllm_sentinel.engine.eta import (
+    estimate_ready,
+    same_model,
+    startup_record,
+    usual_phase_seconds,
+    will_time_out,
+)
 from vllm_sentinel.engine.health import (
     HealthProbeResult,
     HealthTracker,
@@ -45,8 +52,14 @@ from vllm_sentinel.engine.health import (
     is_probed,
     with_probe_readiness,
 )
-from vllm_sentinel.engine.hints import hint_context, hint_for
+from vllm_sentinel.engine.hints import (
+    hint_context,
+    hint_for,
+    weight_cache_units,
+    without_weight_caches,
+)
 from vllm_sentinel.engine.report import iso_utc
+from vllm_sentinel.engine.runtime_modes import watchdog_stalled
 from vllm_sentinel.engine.snapshot import (
     CollectorState,
     GpuDevice,
@@ -128,6 +141,9 @@ class HostPlan:
     probe_policy: ProbePolicy = field(default_factory=ProbePolicy)
     slow_factor: float = DEFAULT_SLOW_FACTOR
     slow_floor_seconds: float = DEFAULT_SLOW_FLOOR_SECONDS
+    # the journal is stamped by the daemon's own clock (a local host): a tick settles crashes
+    # at its own time; else by the host's log time moved on (``_Host.log_anchor``)
+    same_clock: bool = False
 
 
 @dataclass(slots=True)
@@ -175,6 +191,12 @@ class _Host:
     changed: bool = False  # applied or settled since the last checkpoint
     saved: Mapping[str, UnitCounters] | None = None  # counters as last saved (shown)
     restored: dict[str, int] = field(default_factory=dict)  # unit → crashes counted before
+    # A remote host's log time (its latest record's, a jump ahead confirmed by a second
+    # record) and the daemon's time it arrived: a tick settles crashes at that log time plus
+    # the daemon's time elapsed since (one clock for the window, the host's, moved on by
+    # durations only; never the host's log time against the daemon's now)
+    log_anchor: tuple[datetime, datetime] | None = None
+    last_log_time: datetime | None = None
 
 
 class Monitor:
@@ -195,6 +217,9 @@ class Monitor:
         traceback_hold_seconds: how long after its end a crash waits for a traceback that is
             still being printed.
         publish_interval_seconds: the longest a busy queue delays a publish.
+        forget_unit_after_seconds: a unit whose last record is this much log time old (its
+            host's, as crashes settle) is forgotten on a tick (0: never): its tracker, series
+            and saved counters go (``unit_forgotten``).
     """
 
     def __init__(
@@ -210,6 +235,7 @@ class Monitor:
         settle_seconds: float = 30.0,
         traceback_hold_seconds: float = 300.0,
         publish_interval_seconds: float = 0.1,
+        forget_unit_after_seconds: float = 0.0,
     ) -> None:
         self._clock = clock
         self._cursors = cursors
@@ -220,6 +246,11 @@ class Monitor:
         self._max_incarnations = max_incarnations
         self._settle_seconds = settle_seconds
         self._traceback_hold_seconds = traceback_hold_seconds
+        self._forget_after = (
+            timedelta(seconds=forget_unit_after_seconds) if forget_unit_after_seconds > 0 else None
+        )
+        # a log time this far ahead of the record before waits for a second record to agree
+        self._log_jump = timedelta(seconds=max(traceback_hold_seconds, 10 * settle_seconds))
         self._publish_interval = publish_interval_seconds
         self._hosts: dict[str, _Host] = {}
         # per unit: the incarnation last logged (id, start), how many of its phases, the last
@@ -382,6 +413,7 @@ class Monitor:
             host.touched = True
             host.trackers.counting = not item.history
             host.trackers.feed_many(item.records)
+            self._move_log_anchor(host, item.records)
             self.applied_records_total += len(item.records)
             if item.cursor is not None:
                 host.cursor = item.cursor
@@ -409,17 +441,79 @@ class Monitor:
                 host.touched = True
                 host.decorated.clear()
         else:
-            for host in self._hosts.values():
+            for name, host in self._hosts.items():
                 self._recheck_health(host, item.at)
                 if host.backfilling:
                     continue  # late lines of backfilled crashes may still be on their way
+                if host.plan.same_clock:
+                    log_now = item.at  # the journal is stamped by this machine's clock
+                elif host.log_anchor is not None:
+                    log_time, arrived = host.log_anchor
+                    log_now = log_time + (item.at - arrived)
+                else:
+                    continue  # no log time read yet: nothing ended
                 settled = False
                 for tracker in host.trackers:
-                    if tracker.advance(item.at):
+                    if tracker.advance(log_now):
                         host.published = None  # a crash settled
                         settled = True
                 if settled:
                     host.changed = True
+                if self._forget_after is not None:
+                    self._forget_idle(name, host, log_now)
+
+    def _forget_idle(self, name: str, host: _Host, log_now: datetime) -> None:
+        """Forget the units of ``host`` that logged nothing for ``forget_unit_after_seconds``
+        of its log time (and have no crash left to settle)."""
+        assert self._forget_after is not None
+        for tracker in host.trackers:
+            last = tracker.last_record_at
+            if last is None or log_now - last < self._forget_after:
+                continue
+            if tracker.unsettled_since() is not None:
+                continue
+            unit = tracker.unit
+            host.trackers.remove(tracker.host, unit)
+            for table in (host.growth, host.health, host.start_memory, host.unit_gpu_bytes):
+                table.pop(unit, None)
+            host.restored.pop(unit, None)
+            host.decorated.pop(unit, None)
+            key = (name, unit)
+            for known in (
+                self._previous,
+                self._counted,
+                self._stalled,
+                self._slow,
+                self._ready_seen,
+            ):
+                known.pop(key, None)
+            self._unhealthy.discard(key)
+            if host.saved is not None and unit in host.saved:
+                host.saved = {u: c for u, c in host.saved.items() if u != unit}
+            host.published = None
+            host.touched = True
+            host.changed = True  # the next checkpoint saves the host without it
+            _log.info(
+                "unit_forgotten",
+                host=name,
+                unit=unit,
+                idle_seconds=round((log_now - last).total_seconds()),
+            )
+
+    def _move_log_anchor(self, host: _Host, records: Sequence[Record]) -> None:
+        """Move the host's log-time anchor on by the batch's last records (see ``_Host``)."""
+        previous = host.last_log_time
+        agreed = None
+        for record in records[-2:]:
+            time = record.realtime
+            if time is None:
+                continue
+            jumped = previous is not None and time - previous > self._log_jump
+            agreed = previous if jumped else time
+            previous = time
+        host.last_log_time = previous
+        if agreed is not None:
+            host.log_anchor = (agreed, self._clock())
 
     def _apply_health(self, result: HealthProbeResult) -> None:
         """Take a probe result of a unit's current incarnation (a stale one is dropped)."""
@@ -475,8 +569,11 @@ class Monitor:
             or usage != host.unit_gpu_bytes
             or placed != host.gpu_processes
         )
+        # what a weight-cache daemon holds is no other process's fault at a start (vllm2026)
+        daemons = weight_cache_units(tracker.snapshot() for tracker in trackers)
+        others = tuple(usage for usage in placed if usage.unit not in daemons)
         for tracker in trackers:
-            changed = self._watch_start(host, tracker, placed, usage[tracker.unit]) or changed
+            changed = self._watch_start(host, tracker, others, usage[tracker.unit]) or changed
         for unit, per_gpu in usage.items():
             growth = host.growth.get(unit)
             if growth is None:
@@ -623,21 +720,39 @@ class Monitor:
             now,
             plan.stall_thresholds,
         )
+        watchdog = watchdog_stalled(current)  # vLLM's watchdog dumped the stack (vllm2026)
+        stalled = stalled or watchdog
         records = self.history.records(plan.name, unit.unit)
-        usual = usual_phase_seconds(same_model(records, current.model), current.phase)
-        slow = not stalled and is_slow(
-            current.phase,
-            current.phase_entered_at,
-            usual,
-            now,
-            plan.slow_factor,
-            plan.slow_floor_seconds,
+        usual = usual_phase_seconds(
+            same_model(records, current.model, current.modes.startup_kind), current.phase
+        )
+        # a phase a line said ended (markers.PHASE_ENDS) is over: the next one is under way
+        slow = (
+            not stalled
+            and current.phase_ended_at is None
+            and is_slow(
+                current.phase,
+                current.phase_entered_at,
+                usual,
+                now,
+                plan.slow_factor,
+                plan.slow_floor_seconds,
+            )
         )
         estimate = None if stalled else estimate_ready(current, records, now)
         eta = estimate.eta_seconds if estimate is not None else None
         overdue = estimate.overdue_seconds if estimate is not None else None
+        expected = estimate.expected_ready_at if estimate is not None and eta is not None else None
+        times_out, timeout, remaining = will_time_out(
+            current, expected, now, unit.ready_timeout_seconds
+        )
+        reason = ("vllm_watchdog" if watchdog else "no_progress") if stalled else None
         if (
-            stalled == unit.stalled
+            times_out == unit.will_time_out
+            and timeout == unit.ready_timeout_seconds
+            and remaining == unit.ready_timeout_remaining_seconds
+            and reason == unit.stall_reason
+            and stalled == unit.stalled
             and slow == unit.slow
             and usual == unit.usual_phase_seconds
             and eta == unit.eta_seconds
@@ -656,6 +771,10 @@ class Monitor:
             ),
             eta_basis=estimate.basis if estimate is not None else None,
             eta_overdue_seconds=overdue,
+            stall_reason=reason,
+            will_time_out=times_out,
+            ready_timeout_seconds=timeout,
+            ready_timeout_remaining_seconds=remaining,
         )
 
     def _decorate(self, host: _Host, unit: UnitSnapshot, now: datetime) -> UnitSnapshot:
@@ -734,7 +853,8 @@ class Monitor:
                 new = unit.counted_crashes[-(counted - before) :] if counted > before else ()
                 for index, crash in enumerate(new):
                     # logged once the root cause is settled (late lines included), as counted
-                    hint = hint_for(crash, hint_context(unit, host.gpu_processes, host.gpus))
+                    processes = without_weight_caches(host.gpu_processes, host.units)
+                    hint = hint_for(crash, hint_context(unit, processes, host.gpus))
                     _log.warning(
                         "unit_crashed",
                         host=host.host,

@@ -11,6 +11,7 @@ a current start gets its usual phase duration, the slow flag and its ETA (``eta`
 from __future__ import annotations
 
 import codecs
+import sys
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -28,12 +29,24 @@ from vllm_sentinel.engine.eta import (
     same_model,
     startup_record,
     usual_phase_seconds,
+    will_time_out,
 )
 from vllm_sentinel.engine.snapshot import StartupRecord, UnitSnapshot
 from vllm_sentinel.engine.stall import is_slow
 from vllm_sentinel.engine.tracker import TrackerSet, UnitTracker
+from vllm_sentinel.sources.replay_input import InputError
 
-__all__ = ["InputFormat", "ReplayResult", "detect_format", "judge_at_end", "replay"]
+__all__ = [
+    "KEPT_INCARNATIONS",
+    "InputFormat",
+    "ReplayResult",
+    "detect_format",
+    "judge_at_end",
+    "replay",
+]
+
+KEPT_INCARNATIONS = 8
+"""How many of a unit's newest incarnations replay shows whole by default (``--last``)."""
 
 
 class InputFormat(StrEnum):
@@ -84,13 +97,29 @@ def judge_at_end(unit: UnitSnapshot) -> UnitSnapshot:
         record = startup_record(item)
         if record is not None:
             records = remember(records, record) or records
-    usual = usual_phase_seconds(same_model(records, current.model), current.phase)
-    slow = is_slow(current.phase, current.phase_entered_at, usual, now)
+    usual = usual_phase_seconds(
+        same_model(records, current.model, current.modes.startup_kind), current.phase
+    )
+    # a phase a line said ended (markers.PHASE_ENDS) is over: the next one is under way
+    slow = current.phase_ended_at is None and is_slow(
+        current.phase, current.phase_entered_at, usual, now
+    )
     estimate = estimate_ready(current, records, now)
+    expected = (
+        estimate.expected_ready_at
+        if estimate is not None and estimate.eta_seconds is not None
+        else None
+    )
+    times_out, timeout, remaining = will_time_out(
+        current, expected, now, unit.ready_timeout_seconds
+    )
     if estimate is None and usual is None:
         return unit
     return replace(
         unit,
+        will_time_out=times_out,
+        ready_timeout_seconds=timeout,
+        ready_timeout_remaining_seconds=remaining,
         slow=slow,
         usual_phase_seconds=usual,
         eta_seconds=estimate.eta_seconds if estimate is not None else None,
@@ -133,6 +162,8 @@ def replay(
     names: Sequence[str] | None = None,
     reference_year: int = 1970,
     benign_patterns: Sequence[str] = DEFAULT_BENIGN_PATTERNS,
+    keep: int | None = KEPT_INCARNATIONS,
+    labels: Sequence[str] | None = None,
 ) -> ReplayResult:
     """Run inputs through the engine and return every unit's final snapshot.
 
@@ -146,6 +177,13 @@ def replay(
             never merge into one timeline.
         reference_year: year for timestamps that carry none.
         benign_patterns: regexes of ERROR lines known not to be fatal.
+        keep: how many of each unit's newest incarnations to keep whole (at least 2); the
+            earlier ones are summed up (``UnitSnapshot.earlier``); ``None`` keeps every one.
+        labels: how an error names each input (the paths as given; default ``names``).
+
+    Raises:
+        InputError: an input read as journal JSON (``input_format=JSON``) in which no line is
+            a JSON object (plain text given ``--format json``).
 
     Returns:
         The snapshots (at the end of input: pending crashes confirmed, all crashes settled;
@@ -163,6 +201,7 @@ def replay(
             matcher=matcher,
             benign=benign,
             reference_year=reference_year,
+            max_incarnations=sys.maxsize if keep is None else keep,
             settle_while_feeding=False,  # a post-mortem settles at the end of its input
         )
 
@@ -175,6 +214,7 @@ def replay(
     local_units: set[str] = set()  # … whose times are the host's local time, as printed
     for index, chunks in enumerate(inputs):
         decoder: JournalJsonDecoder | TextLogDecoder | None = None
+        records = 0
         input_unit = text_unit
         if unit is None and names is not None and len(names) > 1:
             input_unit = names[index]
@@ -188,10 +228,24 @@ def replay(
                     if chosen is InputFormat.JSON
                     else TextLogDecoder(input_unit, reference_year=reference_year)
                 )
-            trackers.feed_many(decoder.feed(chunk))
+            decoded = decoder.feed(chunk)
+            records += len(decoded)
+            trackers.feed_many(decoded)
         if decoder is None:
             continue
-        trackers.feed_many(decoder.flush())
+        decoded = decoder.flush()
+        trackers.feed_many(decoded)
+        if (
+            isinstance(decoder, JournalJsonDecoder)
+            and not records + len(decoded)
+            and decoder.skipped.get("invalid_json", 0) > 0
+        ):
+            label = labels or names
+            raise InputError(
+                label[index] if label is not None else "input",
+                "not journal JSON (journalctl -o json): no line is a JSON object; read it as "
+                "text with --format text (or auto)",
+            )
         skipped.update(decoder.skipped)
         if isinstance(decoder, TextLogDecoder):
             repaired.update(decoder.repaired)

@@ -200,3 +200,23 @@ def test_file_phases_are_the_startup_phases() -> None:
         if name == "phase_seconds"
     }
     assert set(typing.get_args(phases)) == {phase.value for phase in STARTUP_PHASES}
+
+
+def test_save_failures_are_logged_at_most_once_a_minute(tmp_path: Path) -> None:
+    """A disk that keeps failing: 40 units × 5 flushes in a minute are one ``history_save_failed``
+    with the count, like ``cursor_save_failed``; the next minute one more (issue 22 §6)."""
+    blocker = tmp_path / "history"
+    blocker.write_text("a file where the directory should be")
+    now = [0.0]
+    store = HistoryStore(blocker, clock=lambda: now[0])
+    with capture_logs() as logs:
+        for flush in range(5):
+            for unit in range(40):
+                store.add(HOST, f"vllm-{unit}.service", start(flush + 1))
+            assert store.flush_sync() == 0
+            now[0] += 10.0
+        now[0] += 60.0
+        store.flush_sync()
+    failed = [entry for entry in logs if entry["event"] == "history_save_failed"]
+    assert [entry["failures"] for entry in failed] == [1, 40 * 5]  # the first; then 199 + 1
+    assert store.failures_total == 40 * 6

@@ -51,7 +51,7 @@ def test_phase_changes_and_the_crash_are_one_event_each() -> None:
     assert crash["message"].startswith("flashinfer-cubin version (0.6.3) does not match")
     assert crash["crashes_total"] == 1
     assert crash["hint"].startswith("`pip install flashinfer-cubin==0.6.4`")
-    assert crash["runbook"] == "docs/runbook.md#dependency_mismatch"
+    assert crash["runbook"] == "/runbook#dependency_mismatch"
 
     changes = events(logs, "unit_phase_changed")
     second = [event for event in changes if event["invocation_id"] != crash["invocation_id"]]

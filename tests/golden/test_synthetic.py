@@ -3,13 +3,15 @@
 ``synthetic/NNN-slug.log`` (or ``.jsonl``, journalctl JSON) beside ``NNN-slug.expected.json``:
 ``incarnations`` lists, in order, what each incarnation must show (only the keys given are
 compared; ``phases`` is the list of phases entered, ``crash.message_prefix`` the start of the
-root-cause message), plus unit-wide ``starts_total`` and ``crashes_total``. Whatever the file
-says, every phase of every incarnation must have a time and no timeline may go back in time.
+root-cause message, ``modes`` the given keys of its ``RuntimeModes``), plus unit-wide
+``starts_total``, ``crashes_total`` and ``unit`` (attributes of the ``UnitSnapshot``: stalled,
+stall_reason…). Whatever the file says, every phase of every incarnation must have a time and no timeline may go back in time.
 """
 
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +45,7 @@ def _document(incarnation: IncarnationSnapshot) -> dict[str, Any]:
         "vllm_version": incarnation.vllm_version,
         "tensor_parallel_size": incarnation.tensor_parallel_size,
         "pids": list(incarnation.pids),
+        "modes": {name: getattr(incarnation.modes, name) for name in incarnation.modes.__slots__},
         "crash": None
         if crash is None
         else {
@@ -68,6 +71,13 @@ class TestSynthetic:
         ):
             document = _document(actual)
             for key, value in wanted.items():
+                if key == "modes":  # vLLM 0.33's modes (runtime_modes): the keys given
+                    modes = {
+                        name: _iso(item) if isinstance(item, datetime) else item
+                        for name, item in document["modes"].items()
+                    }
+                    assert {name: modes[name] for name in value} == value, index
+                    continue
                 if key != "crash" or value is None:
                     assert document[key] == value, (index, key)
                     continue
@@ -77,6 +87,8 @@ class TestSynthetic:
                         assert document["crash"]["message"].startswith(crash_value), index
                     else:
                         assert document["crash"][crash_key] == crash_value, (index, crash_key)
+        for key, value in expected.get("unit", {}).items():  # unit-wide verdicts (vllm2026)
+            assert getattr(unit, key) == value, key
         if "starts_total" in expected:
             assert unit.starts_total == expected["starts_total"]
         if "crashes_total" in expected:

@@ -1,22 +1,22 @@
 """Fixtures for integration tests: real journal files, in-process SSH server, real sshd.
 
+``built_package`` (and ``BuiltPackage``) live in ``tests/conftest.py``: the journald tier uses
+the same wheelhouse, built once per session.
+
 Every fixture resolves its binary through ``require_binary`` (skip locally, fail in CI) and
 stops what it started in ``finally``.
 """
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import pytest_asyncio
 
-from tests.conftest import require_binary
+from tests.conftest import BuiltPackage, require_binary
 from tests.support.journal_writer import JOURNAL_REMOTE, JournalWriter
-from tests.support.packaging import tracked_tree, wheelhouse
 from tests.support.ssh_server import OpenSshServer, SshTestServer
 
 
@@ -63,30 +63,4 @@ def openssh_server(tmp_path: Path) -> Iterator[OpenSshServer]:
         server.stop()
 
 
-@dataclass(frozen=True)
-class BuiltPackage:
-    """A copy of the tracked tree, and a wheelhouse with its pure wheel and every dependency."""
-
-    tree: Path
-    wheelhouse: Path
-    log: str
-
-    @property
-    def wheel(self) -> Path:
-        (wheel,) = self.wheelhouse.glob("vllm_sentinel-*.whl")
-        return wheel
-
-
-@pytest.fixture(scope="session")
-def built_package(tmp_path_factory: pytest.TempPathFactory) -> BuiltPackage:
-    """The package built once per session with ``pip wheel -v`` (as a user's pip builds it)."""
-    require_binary("git")
-    base = tmp_path_factory.mktemp("package")
-    tree = tracked_tree(base / "tree")
-    wheels = base / "wheelhouse"
-    try:
-        log = wheelhouse(wheels, tree)
-    except subprocess.CalledProcessError as error:
-        output = (error.stdout or b"").decode(errors="replace")[-3000:]
-        pytest.fail(f"pip wheel failed: {(error.stderr or b'').decode()[-3000:]}\n{output}")
-    return BuiltPackage(tree, wheels, log)
+__all__ = ["BuiltPackage"]  # re-exported: tests import it from here

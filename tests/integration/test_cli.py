@@ -243,8 +243,8 @@ class TestCheckConfig:
             line for line in result.stdout.decode().splitlines() if line.startswith("warning:")
         ]
         assert warnings == [
-            f"warning: defaults.state_directory: {blocker}/state cannot be created here: "
-            f"{blocker} is not a directory (run refuses to start without a writable one)"
+            f"warning: state directory {blocker}/state: cannot write there: not a directory "
+            "(set defaults.state_directory to a writable directory)"  # run's words (issue 21)
         ], result.stdout.decode()
 
     def test_a_directory_is_one_line(self, tmp_path: Path) -> None:
@@ -674,3 +674,39 @@ def test_demo_probes_health_and_serves_the_startup_endpoint() -> None:
     assert (503, "unhealthy") in seen["vllm-qwen-14b.service"], seen
     assert value(samples, "vllm_sentinel_unit_health_up", unit="vllm-kimi-k25.service") is not None
     assert b"until curl -fs" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (
+            ["replay", "--last", "1", "x.log"],
+            "vllm-sentinel: replay: Invalid value for '--last': 1 is not in the range x>=2 "
+            "(see 'vllm-sentinel replay --help')",
+        ),
+        (["bogus"], "vllm-sentinel: No such command 'bogus' (see 'vllm-sentinel --help')"),
+        (["--bogus"], "vllm-sentinel: No such option '--bogus' (see 'vllm-sentinel --help')"),
+        (
+            ["replay"],
+            "vllm-sentinel: replay: Missing argument 'FILES...' (see 'vllm-sentinel replay --help')",
+        ),
+        (
+            ["demo", "--log-level", "loud"],
+            "vllm-sentinel: demo: Invalid value for '--log-level': 'loud' is not one of "
+            "'debug', 'info', 'warning', 'error' (see 'vllm-sentinel demo --help')",
+        ),
+    ],
+    ids=["bad-value", "no-command", "no-option", "missing-argument", "bad-choice"],
+)
+def test_a_usage_error_is_one_line_and_status_2(args: list[str], expected: str) -> None:
+    """Click's usage errors are three lines (usage, hint, error); ours are one, like every error."""
+    result = subprocess.run(
+        [sys.executable, "-m", "vllm_sentinel", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr.splitlines() == [expected]

@@ -53,10 +53,11 @@ def loaded(modules: set[str], libraries: tuple[str, ...]) -> list[str]:
         ("--version",),
         ("--help",),
         ("replay", "--help"),
+        ("watch", "--help"),
         ("replay", str(LOG)),
         ("replay", "--output", "json", str(LOG)),
     ],
-    ids=["version", "help", "replay-help", "replay-text", "replay-json"],
+    ids=["version", "help", "replay-help", "watch-help", "replay-text", "replay-json"],
 )
 def test_replay_version_and_help_import_no_daemon_library(args: tuple[str, ...]) -> None:
     """``replay``, ``--version`` and ``--help`` load no SSH, NVML, pydantic, exporter,

@@ -48,6 +48,7 @@ class TestWheel:
         incidents = {path.name for path in (ROOT / "vllm_sentinel" / "incidents").glob("*.jsonl")}
         assert {f"vllm_sentinel/incidents/{name}" for name in incidents} <= names
         assert "vllm_sentinel/py.typed" in names
+        assert "vllm_sentinel/engine/catalog/failures.tsv" in names  # the failure catalog
         assert not [name for name in names if "__pycache__" in name]
 
     def test_an_installed_wheel_serves_its_own_runbook(

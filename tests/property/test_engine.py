@@ -314,7 +314,7 @@ def _incarnation_records(index: int, seqnum: int) -> list[Record]:
             "systemd",
             6,
             f"s=77;i={seqnum:x}",
-            "39f53479d3a045ac8e117862248231bf",
+            "39f53479d3a045ac8e11786248231fbf",
             True,
         )
     ]

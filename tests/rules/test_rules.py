@@ -72,6 +72,7 @@ class TestAlertDefinitions:
             "VllmCrashLooping",
             "VllmNotReady",
             "VllmReadyButUnhealthy",
+            "VllmStartupWillTimeOut",  # vLLM's engine ready timeout (vllm2026)
             "VllmSentinelCollectorDown",
             "VllmSentinelStateNotSaved",
             "VllmSentinelDown",

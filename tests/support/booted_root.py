@@ -7,7 +7,9 @@ run on it directly. ``BootedRoot`` makes a root that can, with the real tools on
   ``python3-venv``, ``useradd``, ``systemd``, but every write goes to a throwaway upper
   directory, so the host's ``/etc/passwd``, ``/opt`` and ``/etc/systemd`` stay untouched;
 * new **mount, PID, network, UTS and IPC namespaces** (``unshare``): systemd is PID 1 there
-  and boots ``basic.target`` in about a quarter of a second (journald, dbus-less); the
+  and boots ``basic.target`` in about a quarter of a second (journald, dbus-less), logging
+  to its journal (``--log-target=journal``: PID 1's own entries about units, ``Started``,
+  ``Main process exited``, ``Scheduled restart job``, are there as on a host); the
   network namespace has only its own loopback, so the daemon's ``127.0.0.1:9842`` cannot meet
   anything on the host, and nothing inside reaches the network (pip installs from a
   wheelhouse: ``binds``);
@@ -48,7 +50,7 @@ while [ "$#" -gt 0 ]; do  # binds: INSIDE HOST pairs, read-only
     shift 2
 done
 exec chroot "$merged" /usr/bin/env -i container=vllm-sentinel-test \
-    /lib/systemd/systemd --system --unit=basic.target --log-target=console --show-status=0
+    /lib/systemd/systemd --system --unit=basic.target --log-target=journal --show-status=0
 """
 
 _PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"

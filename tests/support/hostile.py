@@ -90,7 +90,7 @@ JOURNAL_FIELDS: tuple[str, ...] = (
 
 SYSTEMD_MESSAGES: tuple[tuple[str, str | None], ...] = (
     (f"Starting {UNIT} - vLLM Kimi K2.5...", "7d4958e842da4a758f6c1cdc7b36dcc5"),
-    (f"Started {UNIT} - vLLM Kimi K2.5.", "39f53479d3a045ac8e117862248231bf"),
+    (f"Started {UNIT} - vLLM Kimi K2.5.", "39f53479d3a045ac8e11786248231fbf"),
     (f"{UNIT}: Main process exited, code=exited, status=1/FAILURE", None),
     (f"{UNIT}: Main process exited, code=killed, status=9/KILL", None),
     (f"{UNIT}: Main process exited, code=exited, status=0/SUCCESS", None),

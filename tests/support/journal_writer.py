@@ -62,7 +62,7 @@ JOURNAL_REMOTE = "/lib/systemd/systemd-journal-remote"
 
 # systemd catalog ids (catalog/systemd.catalog.in) of the manager's unit messages.
 MESSAGE_ID_STARTING = "7d4958e842da4a758f6c1cdc7b36dcc5"
-MESSAGE_ID_STARTED = "39f53479d3a045ac8e117862248231bf"
+MESSAGE_ID_STARTED = "39f53479d3a045ac8e11786248231fbf"
 MESSAGE_ID_STOPPING = "de5b426a63be47a7b6ac3eaac82e2f6f"
 MESSAGE_ID_STOPPED = "9d1aaa27d60140bd96365438aad20286"
 MESSAGE_ID_MAIN_PROCESS_EXITED = "98e322203f7a4ed290d09fe03c09fe15"

@@ -21,13 +21,23 @@ from vllm_sentinel.engine.snapshot import (
     IncarnationSnapshot,
     PhaseEntry,
     Progress,
+    RuntimeModes,
     SentinelState,
     Snapshot,
     UnitHealth,
     UnitSnapshot,
 )
 
-__all__ = ["AT", "GIB", "T0", "at", "basic_snapshot", "incarnation", "unit_snapshot"]
+__all__ = [
+    "AT",
+    "GIB",
+    "T0",
+    "at",
+    "basic_snapshot",
+    "incarnation",
+    "modes_snapshot",
+    "unit_snapshot",
+]
 
 GIB = 1024**3
 T0 = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
@@ -255,3 +265,114 @@ def basic_snapshot() -> Snapshot:
         cursor_saved_at=at(1799),
     )
     return Snapshot(hosts=(host_a, host_b), at=AT, sentinel=sentinel)
+
+
+# --- vLLM 0.33's modes (vllm2026) ------------------------------------------------------------
+
+_SERVED = [
+    (Phase.STARTING, 0),
+    (Phase.INITIALIZING, 5),
+    (Phase.LOADING_WEIGHTS, 10),
+    (Phase.PROFILING_KV_CACHE, 12),
+    (Phase.CAPTURING_CUDA_GRAPHS, 20),
+    (Phase.STARTING_API_SERVER, 28),
+    (Phase.READY, 30),
+]
+
+
+def modes_snapshot() -> Snapshot:
+    """One host, ``gpu-c``, with a unit in each of vLLM 0.33's newer modes: a weight-cache
+    daemon serving weights, a serve unit that mapped them and fell asleep, a start that will
+    outlast its engine ready timeout, and one whose vLLM watchdog dumped its stack."""
+    replace_kwargs = {"vllm_version": "0.33.0", "model": "Qwen/Qwen3-8B"}
+    daemon = incarnation(
+        [(Phase.STARTING, 0), (Phase.LOADING_WEIGHTS, 2), (Phase.READY, 40)],
+        id="cafe0000000000000000000000000001",
+        outcome=Outcome.READY,
+        **replace_kwargs,  # type: ignore[arg-type]
+    )
+    daemon = _with_modes(
+        daemon,
+        RuntimeModes(
+            role="weight_cache",
+            weight_cache_socket="/run/vllm/weight_cache_0.sock",
+            weight_cache_bytes=int(15.27 * GIB),
+        ),
+    )
+    asleep = incarnation(
+        [*_SERVED, (Phase.SLEEPING, 600)],
+        id="cafe0000000000000000000000000002",
+        outcome=Outcome.READY,
+        **replace_kwargs,  # type: ignore[arg-type]
+    )
+    asleep = _with_modes(
+        asleep,
+        RuntimeModes(
+            startup_kind="weight_cache",
+            weight_cache_tensors=399,
+            sleeping_since=at(600),
+            sleep_freed_bytes=int(66.41 * GIB),
+            sleep_kept_bytes=int(3.12 * GIB),
+            fall_asleep_seconds=1.482913,
+            wake_up_seconds=0.912345,
+            sleeps=2,
+        ),
+    )
+    late = incarnation(
+        [(Phase.STARTING, 1500), (Phase.INITIALIZING, 1510), (Phase.LOADING_WEIGHTS, 1520)],
+        id="cafe0000000000000000000000000003",
+        progress=Progress(weights_shards_loaded=10, weights_shards_total=64),
+        model="moonshotai/Kimi-K2.5",
+        vllm_version="0.33.0",
+        tensor_parallel_size=8,
+    )
+    late = _with_modes(late, RuntimeModes(ready_timeout_seconds=900.0))
+    dumped = incarnation(
+        [(Phase.STARTING, 1000), (Phase.INITIALIZING, 1010), (Phase.COMPILING, 1100)],
+        id="cafe0000000000000000000000000004",
+        last_record=1150,
+        **replace_kwargs,  # type: ignore[arg-type]
+    )
+    dumped = _with_modes(
+        dumped,
+        RuntimeModes(
+            watchdog_dump_path="/var/tmp/vllm-watchdog/VLLM_STACK_DUMP_for_engine_0_2817.log",
+            watchdog_reason="feed timeout",
+            watchdog_dumped_at=at(1700),
+        ),
+    )
+    host = HostSnapshot(
+        host="gpu-c",
+        units=(
+            unit_snapshot("gpu-c", "vllm-weights.service", daemon, starts_total=1),
+            unit_snapshot("gpu-c", "vllm-chat.service", asleep, starts_total=1),
+            unit_snapshot(
+                "gpu-c",
+                "vllm-kimi.service",
+                late,
+                starts_total=1,
+                eta_seconds=1500.0,
+                expected_ready_at=AT + timedelta(seconds=1500),
+                eta_basis=EtaBasis.HISTORY,
+                will_time_out=True,
+                ready_timeout_seconds=900.0,
+                ready_timeout_remaining_seconds=600.0,
+            ),
+            unit_snapshot(
+                "gpu-c",
+                "vllm-hung.service",
+                dumped,
+                starts_total=1,
+                stalled=True,
+                stall_reason="vllm_watchdog",
+            ),
+        ),
+        collectors={"journal": CollectorState(up=True, since=T0)},
+    )
+    return Snapshot(hosts=(host,), at=AT)
+
+
+def _with_modes(item: IncarnationSnapshot, modes: RuntimeModes) -> IncarnationSnapshot:
+    from dataclasses import replace
+
+    return replace(item, modes=modes)

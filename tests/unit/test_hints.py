@@ -60,7 +60,7 @@ class TestEveryCause:
         assert cause.value in runbook_sections()
         hint = hint_for(crash(cause, ""))
         assert hint.rule == f"cause:{cause.value}"
-        assert hint.runbook == f"docs/runbook.md#{cause.value}"
+        assert hint.runbook == f"/runbook#{cause.value}"  # the daemon's page (issue 21)
         assert 20 < len(hint.text) < 400 and "{" not in hint.text
 
     def test_every_row_has_its_runbook_section(self) -> None:
@@ -509,7 +509,7 @@ class TestKilled:
         assert "`systemctl show -p MemoryMax,MemoryPeak " in hint.text
         for fix in ("`MemoryMax`", "`--swap-space`", "`--cpu-offload-gb`"):
             assert fix in hint.text
-        assert hint.runbook == "docs/runbook.md#killed"
+        assert hint.runbook == "/runbook#killed"
 
     def test_other_signals_keep_the_generic_hint(self) -> None:
         """A segfault is not the OOM killer."""

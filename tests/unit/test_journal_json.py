@@ -55,13 +55,13 @@ class TestFields:
                 _SYSTEMD_UNIT="init.scope",
                 UNIT="vllm.service",
                 INVOCATION_ID="b" * 32,
-                MESSAGE_ID="39f53479d3a045ac8e117862248231bf",
+                MESSAGE_ID="39f53479d3a045ac8e11786248231fbf",
                 __REALTIME_TIMESTAMP="1",
             )
         )
         assert record.from_manager and record.unit == "vllm.service"
         assert record.invocation_id == "b" * 32
-        assert record.message_id == "39f53479d3a045ac8e117862248231bf"
+        assert record.message_id == "39f53479d3a045ac8e11786248231fbf"
 
 
 class TestBrokenInput:

@@ -54,6 +54,7 @@ class TestStates:
             UnitState.UNHEALTHY: 503,
             UnitState.STOPPED: 503,
             UnitState.CRASHED: 500,
+            UnitState.SLEEPING: 503,
         }
 
     def test_loading_unit_is_starting_with_shards_as_detail(self) -> None:
@@ -155,7 +156,7 @@ class TestStates:
                 "text": "`pip install flashinfer-cubin==0.6.4`: flashinfer-cubin 0.6.3 must "
                 "match flashinfer 0.6.4 (or install the flashinfer that matches "
                 "flashinfer-cubin 0.6.3).",
-                "runbook": "docs/runbook.md#dependency_mismatch",
+                "runbook": "/runbook#dependency_mismatch",
                 "rule": "version_pair",
             },
         }

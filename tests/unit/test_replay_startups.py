@@ -56,9 +56,9 @@ class TestComparison:
         assert (startup["compared_starts"], startup["same_model"]) == (1, True)
         assert startup["usual_seconds"] == startup["seconds"] == 125.0
         loading = next(row for row in startup["phases"] if row["phase"] == "loading_weights")
-        assert loading == {"phase": "loading_weights", "seconds": 18.0, "usual_seconds": 18.0}
+        assert loading == {"phase": "loading_weights", "seconds": 3.0, "usual_seconds": 3.0}
         text = render_text([unit])
-        assert "loading_weights        18s       usual 18s" in text
+        assert "loading_weights        3s        usual 3s" in text
         assert "startup 2m05s against a usual 2m05s (median of 1 earlier start of this model)" in (
             text
         )
@@ -68,12 +68,13 @@ class TestEta:
     """An unfinished start at the end of input: its ETA from the earlier ones."""
 
     def test_unfinished_start_gets_the_eta_of_its_history(self) -> None:
-        """3 s into a usual 18 s load, 44 s of later phases: ready in 59 s, at 08:56:59."""
+        """3 s into a usual 3 s load (`Model loading took` ends it), 59 s of later phases:
+        ready in 59 s, at 08:56:59."""
         unit = _replay(LOG.read_bytes(), _head(CUT))
         assert unit.current is not None and unit.current.phase is Phase.LOADING_WEIGHTS
         assert (unit.eta_seconds, unit.eta_basis) == (59.0, EtaBasis.HISTORY)
         assert unit.expected_ready_at == READY
-        assert unit.usual_phase_seconds == 18.0 and not unit.slow
+        assert unit.usual_phase_seconds == 3.0 and not unit.slow
         document = to_json([unit])["units"][0]
         assert document["eta_seconds"] == 59.0
         assert document["expected_ready_at"] == "2026-06-07T08:56:59Z"
@@ -107,3 +108,21 @@ class TestTheEndOfTheLog:
         text = render_text(replay([[self.LOG_101.read_bytes()]]).units)
         assert "startup 31s: no earlier start in this input that became ready" in text
         assert "to compare with" not in text
+
+
+class TestEndedPhase:
+    """A phase a line said ended is never slow: the next one is under way (markers.PHASE_ENDS)."""
+
+    def test_after_model_loading_took_loading_is_not_slow(self) -> None:
+        """Five minutes after `Model loading took` (a long Dynamo trace, no compile line yet),
+        against a usual 3 s load: not slow in loading; the ETA counts the time against the
+        later phases (59 s of them, all spent: overdue)."""
+        waiting = (
+            b"(APIServer pid=1) INFO 06-07 09:01:00 [utils.py:807] Waiting for 1 local, 0 "
+            b"remote core engine proc(s) to start.\n"
+        )
+        unit = _replay(LOG.read_bytes(), _head(CUT), waiting)
+        assert unit.current is not None and unit.current.phase is Phase.LOADING_WEIGHTS
+        assert unit.usual_phase_seconds == 3.0
+        assert not unit.slow
+        assert unit.eta_seconds is None and unit.eta_overdue_seconds == 241.0

@@ -51,7 +51,7 @@ class TestReplayVerdict:
         assert (
             "    hint: `pip install flashinfer-cubin==0.6.4`: flashinfer-cubin 0.6.3 must match "
             "flashinfer 0.6.4 (or install the flashinfer that matches flashinfer-cubin 0.6.3). "
-            "(see docs/runbook.md#dependency_mismatch)\n"
+            "(see /runbook#dependency_mismatch)\n"
         ) in text
         assert "    benign errors: 1 (discounted, not a cause)\n" in text
         assert "      Failed to import Triton kernels. Please make sure your triton" in text
@@ -65,7 +65,7 @@ class TestReplayVerdict:
         assert first["crash"]["hint"] == {
             "text": "`pip install flashinfer-cubin==0.6.4`: flashinfer-cubin 0.6.3 must match "
             "flashinfer 0.6.4 (or install the flashinfer that matches flashinfer-cubin 0.6.3).",
-            "runbook": "docs/runbook.md#dependency_mismatch",
+            "runbook": "/runbook#dependency_mismatch",
             "rule": "version_pair",
         }
         assert document["last_crash"] == first["crash"]
@@ -138,9 +138,9 @@ class TestStatus:
         assert unit["health"]["failing_since"] == "2025-03-01T12:28:45Z"
         lines = render_status(document).splitlines()
         index = next(i for i, line in enumerate(lines) if "vllm-qwen.service" in line)
-        assert "ready (unhealthy)" in lines[index]
+        assert lines[index].split()[2:4] == ["ready", "unhealthy"]  # PHASE, STATE
         assert lines[index + 1] == (
-            " " * 17 + "health: ready, but /health failing since 12:28:45 UTC (8 failures): timeout"
+            " " * 7 + "health: ready, but /health failing since 12:28:45 UTC (8 failures): timeout"
         )
 
     def test_a_healthy_unit_has_health_but_no_health_line(self) -> None:
@@ -165,7 +165,7 @@ class TestStatus:
         lines = render_status(document).splitlines()
         index = next(i for i, line in enumerate(lines) if "vllm-llama.service" in line)
         assert lines[index].endswith("pending (not counted yet)")
-        assert lines[index + 1].startswith(" " * 17 + "crash: cause pending: only a wrapper")
+        assert lines[index + 1].startswith(" " * 7 + "crash: cause pending: only a wrapper")
 
     def test_status_table_shows_the_hint_under_the_unit(self) -> None:
         """``vllm-sentinel status``: one ``hint:`` line under a unit with a last crash."""
@@ -173,8 +173,8 @@ class TestStatus:
         lines = text.splitlines()
         index = next(i for i, line in enumerate(lines) if "vllm-llama.service" in line)
         assert "cuda_oom: torch.OutOfMemoryError" in lines[index]
-        assert lines[index + 1].startswith(" " * 17 + "hint: GPU 0 had 1.12 GiB free of 79.10")
-        assert lines[index + 1].endswith("(see docs/runbook.md#cuda_oom)")
+        assert lines[index + 1].startswith(" " * 7 + "hint: GPU 0 had 1.12 GiB free of 79.10")
+        assert lines[index + 1].endswith("(see /runbook#cuda_oom)")
         assert sum(1 for line in lines if "hint:" in line) == 1  # only the crashed unit
 
 
@@ -198,12 +198,62 @@ class TestStatusEta:
     def test_a_lower_bound_is_marked_and_has_no_ready_time(self) -> None:
         row, eta = self._lines(EtaBasis.VLLM)
         assert " ≥18s " in row
-        assert eta == " " * 17 + "eta: ≥ 18s, this phase's bar only"
+        assert eta == " " * 7 + "eta: ≥ 18s, this phase's bar only"
 
     def test_history_gives_a_ready_time_and_its_basis(self) -> None:
         row, eta = self._lines(EtaBasis.HISTORY)
         assert " 18s " in row and "≥" not in row
-        assert eta == " " * 17 + "eta: 18s · ready at 12:30:18 UTC, from earlier starts"
+        assert eta == " " * 7 + "eta: 18s · ready at 12:30:18 UTC, from earlier starts"
+
+
+class TestRunbookLinks:
+    """Issue 21: hints point at a runbook a user can open, not the repository's docs/."""
+
+    def test_replay_text_names_the_runbook_it_is_given(self) -> None:
+        """``render_text(runbook=PATH)``: the installed copy, with the cause's anchor."""
+        text = render_text(_units(), runbook="/opt/x/runbook.md")
+        assert "(see /opt/x/runbook.md#dependency_mismatch)\n" in text
+
+    def test_status_links_the_daemons_page(self) -> None:
+        """``render_status(runbook=URL)``: the daemon's /runbook page, with the anchor."""
+        text = render_status(
+            status_document(basic_snapshot()), runbook="https://gpu-a:9842/runbook"
+        )
+        assert "(see https://gpu-a:9842/runbook#cuda_oom)" in text
+
+
+class TestStatusColumns:
+    """Issue 21: columns as wide as their content; no OUTCOME column repeating PHASE."""
+
+    def _table(self) -> list[str]:
+        host = basic_snapshot().hosts[0]
+        llama = replace(
+            host.units[0], stalled=True, eta_overdue_seconds=466.0, eta_basis=EtaBasis.HISTORY
+        )
+        document = status_document(Snapshot((replace(host, units=(llama, *host.units[1:])),), AT))
+        return render_status(document).splitlines()
+
+    def test_an_overdue_eta_does_not_run_into_the_next_column(self) -> None:
+        """``overdue by 7m46s`` has its column's width: the crash cell starts after a gap,
+        at the same offset as the LAST CRASH header."""
+        lines = self._table()
+        header = next(line for line in lines if line.startswith("HOST"))
+        row = next(line for line in lines if "vllm-llama.service" in line)
+        start = header.index("LAST CRASH")
+        assert row[start:].startswith("cuda_oom: torch.OutOfMemoryError")
+        assert row[:start].rstrip().endswith("overdue by 7m46s")
+        assert row[start - 2 : start] == "  "
+
+    def test_state_says_what_phase_does_not(self) -> None:
+        """No OUTCOME column (``running`` beside a stalled unit, ``ready`` beside ``ready``):
+        a STATE column says stalled, slow or unhealthy, ``-`` otherwise."""
+        lines = self._table()
+        header = next(line for line in lines if line.startswith("HOST"))
+        assert header.split() == ["HOST", "UNIT", "PHASE", "STATE", "ETA", "LAST", "CRASH"]
+        row = next(line for line in lines if "vllm-llama.service" in line)
+        assert row.split()[2:4] == ["loading_weights", "stalled"]
+        ready = next(line for line in lines if "vllm-qwen.service" in line)
+        assert ready.split()[2:5] == ["ready", "-", "-"]
 
 
 def _host(**fields: Any) -> dict[str, Any]:

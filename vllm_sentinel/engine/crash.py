@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from collections import Counter, deque
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Final
 
@@ -44,7 +45,7 @@ from vllm_sentinel.engine.catalog.causes import (
 from vllm_sentinel.engine.catalog.phases import Outcome, Phase
 from vllm_sentinel.engine.counters import CarriedCrash, micros
 from vllm_sentinel.engine.incarnation import RECENT_EVENTS_KEPT, Incarnation
-from vllm_sentinel.engine.snapshot import CrashInfo
+from vllm_sentinel.engine.snapshot import CrashInfo, EarlierIncarnations
 
 __all__ = ["CrashBook"]
 
@@ -84,6 +85,11 @@ class CrashBook:
         self.recent_crashes: deque[datetime] = deque(maxlen=RECENT_EVENTS_KEPT)  # history too
         self.recent: deque[CrashInfo] = deque(maxlen=_RECENT)  # counted, as counted
         self._carried: dict[str, CarriedCrash] = {}
+        # the incarnations forgotten (``forget``), summed up: how many, how each ended, when
+        self._earlier_count = 0
+        self._earlier_by: Counter[str] = Counter()
+        self._earlier_first: datetime | None = None
+        self._earlier_last: datetime | None = None
 
     # --- evidence ------------------------------------------------------------------------
 
@@ -95,16 +101,57 @@ class CrashBook:
         exception: str,
         message: str,
         time: datetime | None,
+        *,
+        pid: int | None = None,
+        survivable: bool = False,
     ) -> Evidence:
-        """Keep one reason ``incarnation`` may have crashed (message cut to 1,000 chars)."""
+        """Keep one reason ``incarnation`` may have crashed (message cut to 1,000 chars).
+
+        ``pid`` and ``survivable``: a process's own line (see ``survived``).
+        """
         self._seq += 1
         evidence = incarnation.evidence
-        item = Evidence(cause, kind, exception, message[:1000], time, self._seq)
+        item = Evidence(cause, kind, exception, message[:1000], time, self._seq, pid, survivable)
         evidence.append(item)
         if len(evidence) > _MAX_EVIDENCE:
             # keep the best candidates (most direct kind, earliest), whatever their arrival order
             evidence.remove(max(evidence, key=_evidence_rank))
         return item
+
+    @staticmethod
+    def supersede_lines(incarnation: Incarnation, exception: Evidence) -> None:
+        """The exception an ERROR line stated arrived: the line (same cause, no class) is no
+        longer evidence; the exception says it with its class."""
+        evidence = incarnation.evidence
+        evidence[:] = [
+            item
+            for item in evidence
+            if item is exception
+            or item.exception
+            or not item.survivable
+            or item.cause is not exception.cause
+        ]
+
+    @staticmethod
+    def survived(incarnation: Incarnation, pid: int | None) -> bool:
+        """Process ``pid`` made progress: what it printed before did not end it.
+
+        Its survivable evidence so far (and that of lines whose process is unknown, such as
+        bare exception lines a library printed at import) becomes ``NOISE``: still shown when
+        nothing else is known, never chosen over a failure that came later. True when some
+        evidence changed.
+        """
+        evidence = incarnation.evidence
+        changed = False
+        for index, item in enumerate(evidence):
+            if (
+                item.survivable
+                and item.kind is not EvidenceKind.NOISE
+                and (item.pid is None or item.pid == pid)
+            ):
+                evidence[index] = replace(item, kind=EvidenceKind.NOISE, survivable=False)
+                changed = True
+        return changed
 
     # --- ending --------------------------------------------------------------------------
 
@@ -166,7 +213,9 @@ class CrashBook:
         for incarnation in self.unsettled:
             key = self._key(incarnation)
             if incarnation.counted and not incarnation.settled and key is not None:
-                crash = self.crash_info(incarnation)
+                # carried with the cause it would settle with now (a bare signal: killed),
+                # not pending: the journal may no longer hold its evidence next run
+                crash = self.crash_info(incarnation, as_settled=True)
                 applied.append(
                     CarriedCrash(
                         key, incarnation.started_at, incarnation.ended_at, crash.cause, crash.phase
@@ -241,7 +290,25 @@ class CrashBook:
             self.settle_one(incarnation)
             self.unsettled.remove(incarnation)
         if incarnation.outcome is Outcome.CRASHED:
-            self.last_evicted_crash = self.crash_info(incarnation)
+            self.last_evicted_crash = crash = self.crash_info(incarnation)
+            self._earlier_by[crash.cause.value] += 1
+        else:
+            self._earlier_by[incarnation.outcome.value] += 1
+        self._earlier_count += 1
+        started, ended = incarnation.started_at, incarnation.ended_at
+        if started is not None and (self._earlier_first is None or started < self._earlier_first):
+            self._earlier_first = started
+        if ended is not None and (self._earlier_last is None or ended > self._earlier_last):
+            self._earlier_last = ended
+
+    def earlier(self) -> EarlierIncarnations:
+        """The forgotten incarnations, summed up (most frequent outcome first)."""
+        if not self._earlier_count:
+            return EarlierIncarnations()
+        by_outcome = dict(sorted(self._earlier_by.items(), key=lambda item: (-item[1], item[0])))
+        return EarlierIncarnations(
+            self._earlier_count, by_outcome, self._earlier_first, self._earlier_last
+        )
 
     def unsettled_since(self) -> datetime | None:
         """When the earliest crash that will count but is not counted yet ended (UTC)."""
@@ -250,10 +317,11 @@ class CrashBook:
 
     # --- the answer ----------------------------------------------------------------------
 
-    def crash_info(self, incarnation: Incarnation) -> CrashInfo:
+    def crash_info(self, incarnation: Incarnation, *, as_settled: bool = False) -> CrashInfo:
         """The root cause of ``incarnation``'s crash from the evidence known now.
 
-        ``pending`` while the crash is unsettled and no real failure was seen. After ``ready``,
+        ``pending`` while the crash is unsettled and no real failure was seen (unless
+        ``as_settled``: the cause it would be counted with now). After ``ready``,
         only evidence from the last five minutes before the end counts: an error an hour
         earlier (a request's, a handled one) did not kill the process.
         """
@@ -267,7 +335,9 @@ class CrashBook:
             ]
         root = choose_root_cause(evidence)
         phase = incarnation.crash_phase or incarnation.phase
-        if not incarnation.settled and (root is None or root.kind is not EvidenceKind.REAL):
+        if not (incarnation.settled or as_settled) and (
+            root is None or root.kind is not EvidenceKind.REAL
+        ):
             return CrashInfo(CrashCause.PENDING, "", "", phase, ended, incarnation.id)
         if root is None:
             return CrashInfo(CrashCause.UNKNOWN, "", "", phase, ended, incarnation.id)

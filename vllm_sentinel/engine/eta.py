@@ -42,6 +42,7 @@ from datetime import datetime, timedelta
 from types import MappingProxyType
 
 from vllm_sentinel.engine.catalog.phases import PHASE_ORDER, STARTUP_PHASES, Outcome, Phase
+from vllm_sentinel.engine.runtime_modes import DEFAULT_READY_TIMEOUT_SECONDS, ROLE_WEIGHT_CACHE
 from vllm_sentinel.engine.snapshot import EtaBasis, IncarnationSnapshot, StartupRecord
 
 __all__ = [
@@ -56,9 +57,11 @@ __all__ = [
     "estimate_ready",
     "log_remaining_seconds",
     "remember",
+    "same_kind",
     "same_model",
     "startup_record",
     "usual_phase_seconds",
+    "will_time_out",
 ]
 
 HISTORY_SIZE = 20
@@ -91,6 +94,7 @@ def _median(values: Iterable[float]) -> float:
 
 
 _STARTUP = frozenset(STARTUP_PHASES)
+_ENGINE_STARTUP = _STARTUP - {Phase.STARTING_API_SERVER}  # the engine ready timeout's span
 _RANK: Mapping[Phase, int] = MappingProxyType({phase: i for i, phase in enumerate(PHASE_ORDER)})
 
 
@@ -170,6 +174,7 @@ def startup_record(incarnation: IncarnationSnapshot) -> StartupRecord | None:
         model=incarnation.model,
         vllm_version=incarnation.vllm_version,
         tensor_parallel_size=incarnation.tensor_parallel_size,
+        startup_kind=incarnation.modes.startup_kind,
     )
 
 
@@ -194,25 +199,35 @@ def remember(
     return merged if record in merged else None
 
 
-def same_model(records: Iterable[StartupRecord], model: str | None) -> tuple[StartupRecord, ...]:
-    """The records of ``model`` (none when the model is not known)."""
+def same_kind(records: Iterable[StartupRecord], kind: str = "full") -> tuple[StartupRecord, ...]:
+    """The records of starts that loaded the same way (``RuntimeModes.startup_kind``: a start
+    that mapped its weights from a weight-cache daemon, or reused a startup plan, is not
+    compared with full loads)."""
+    return tuple(record for record in records if record.startup_kind == kind)
+
+
+def same_model(
+    records: Iterable[StartupRecord], model: str | None, kind: str = "full"
+) -> tuple[StartupRecord, ...]:
+    """The records of ``model`` that loaded the ``kind`` way (none when the model is not
+    known)."""
     if model is None:
         return ()
-    return tuple(record for record in records if record.model == model)
+    return tuple(record for record in same_kind(records, kind) if record.model == model)
 
 
 def comparable(
-    records: Sequence[StartupRecord], model: str | None
+    records: Sequence[StartupRecord], model: str | None, kind: str = "full"
 ) -> tuple[tuple[StartupRecord, ...], bool]:
     """The records to compare a start of ``model`` with, and whether they are the same model's.
 
-    The same model's records when there are any; else every record of the unit (the model is
-    unknown, or new on this unit).
+    Only starts of the same ``kind`` (``same_kind``); of those, the same model's records when
+    there are any; else every record of the unit (the model is unknown, or new on this unit).
     """
-    own = same_model(records, model)
+    own = same_model(records, model, kind)
     if own:
         return own, True
-    return tuple(records), False
+    return same_kind(records, kind), False
 
 
 def usual_phase_seconds(
@@ -294,7 +309,7 @@ def estimate_ready(
     if vllm_rest is not None and vllm_rest < 0:
         # the bar's time ran out and no newer line came: vLLM says nothing more about the rest
         vllm_overdue, vllm_rest = -vllm_rest, None
-    chosen, _ = comparable(records, incarnation.model)
+    chosen, _ = comparable(records, incarnation.model, incarnation.modes.startup_kind)
     chosen = chosen[-recent:] if recent > 0 else ()
     entered = incarnation.phase_entered_at
     overdue: float | None = None
@@ -303,16 +318,22 @@ def estimate_ready(
         basis = EtaBasis.BOTH
     elif chosen and entered is not None:
         spent = max(0.0, _seconds(now, entered))
+        beyond = 0.0  # seconds since a line said the current phase ended: the next ones'
+        ended = incarnation.phase_ended_at
+        if ended is not None and ended <= now:
+            spent = max(0.0, _seconds(ended, entered))
+            beyond = _seconds(now, ended)
         seconds = float(
             _median(
-                max(0.0, record.phase_seconds.get(phase, 0.0) - spent) + _after(record, phase)
+                max(0.0, record.phase_seconds.get(phase, 0.0) - spent)
+                + max(0.0, _after(record, phase) - beyond)
                 for record in chosen
             )
         )
         basis = EtaBasis.HISTORY
         if seconds <= 0:  # the last phase outlasted the recent starts: overdue by the median
             unclamped = _median(
-                record.phase_seconds.get(phase, 0.0) - spent + _after(record, phase)
+                record.phase_seconds.get(phase, 0.0) - spent + _after(record, phase) - beyond
                 for record in chosen
             )
             overdue = max(0.0, -float(unclamped))
@@ -334,7 +355,7 @@ def compare_startup(
     record: StartupRecord, earlier: Sequence[StartupRecord], recent: int = RECENT_STARTS
 ) -> StartupComparison:
     """Compare a start with the earlier ones (``comparable`` chooses which, ``recent`` newest)."""
-    chosen, own = comparable(earlier, record.model)
+    chosen, own = comparable(earlier, record.model, record.startup_kind)
     chosen = chosen[-recent:] if recent > 0 else ()
     phases = tuple(
         PhaseComparison(phase, seconds, usual_phase_seconds(chosen, phase, recent))
@@ -344,3 +365,51 @@ def compare_startup(
     return StartupComparison(
         record.startup_seconds, usual, len(chosen), own and bool(chosen), phases
     )
+
+
+# --- the engine ready timeout (vllm2026) ----------------------------------------------------
+
+
+def will_time_out(
+    incarnation: IncarnationSnapshot,
+    expected_ready_at: datetime | None,
+    now: datetime,
+    unit_timeout: float | None = None,
+) -> tuple[bool, float, float | None]:
+    """Whether the start will outlast vLLM's engine ready timeout, by its ETA.
+
+    vLLM's front end waits ``VLLM_ENGINE_READY_TIMEOUT_S`` (600 s unless the incarnation's
+    lines, or else the unit's earlier ones, show another value:
+    ``runtime_modes.read_ready_timeout``) for its engine cores to report ready,
+    then raises ``TimeoutError: Timed out waiting for engine core processes to start``
+    (vllm/v1/engine/core_client.py, 0.17.1–0.33.0). The wait is counted here from the
+    incarnation's start, a little early (the front end starts waiting a few seconds later).
+
+    Args:
+        incarnation: the unit's current incarnation.
+        expected_ready_at: when the ETA says it will be ready (``None``: no estimate).
+        now: the time of the verdict (UTC).
+        unit_timeout: the timeout the unit's lines showed last (any incarnation), if any.
+
+    Returns:
+        (will time out, the timeout in seconds, seconds left before it runs out or ``None``
+        when it does not apply: not starting, the engine already ready, a weight-cache
+        daemon, no start time).
+    """
+    timeout = (
+        incarnation.modes.ready_timeout_seconds or unit_timeout or DEFAULT_READY_TIMEOUT_SECONDS
+    )
+    started = incarnation.started_at
+    if (
+        incarnation.outcome is not Outcome.RUNNING
+        or incarnation.phase not in _ENGINE_STARTUP
+        or incarnation.modes.role == ROLE_WEIGHT_CACHE
+        or started is None
+    ):
+        return False, timeout, None
+    try:
+        deadline = started + timedelta(seconds=timeout)
+    except OverflowError:
+        return False, timeout, None
+    remaining = max(0.0, _seconds(deadline, now))
+    return expected_ready_at is not None and expected_ready_at > deadline, timeout, remaining

@@ -369,7 +369,8 @@ def with_probe_readiness(unit: UnitSnapshot, health: UnitHealth | None) -> UnitS
         health: the probes of its current incarnation, or ``None`` when it is not probed.
 
     Returns:
-        ``unit`` with ``health`` set, and ``ready_source`` ``"log"`` when the logs say ready;
+        ``unit`` with ``health`` set (never ``unhealthy`` while ``sleeping``), and
+        ``ready_source`` ``"log"`` when the logs say ready;
         when only a probe does (``/health`` answered 200 while the logs are still in a startup
         phase), the current incarnation gets a ``ready`` phase entered at the probe's time,
         outcome ``ready``, ``ready_source`` ``"health_probe"`` and ``stalled`` False. An
@@ -378,6 +379,9 @@ def with_probe_readiness(unit: UnitSnapshot, health: UnitHealth | None) -> UnitS
     current = unit.current
     if current is None:
         return unit
+    if current.phase is Phase.SLEEPING and health is not None and health.unhealthy:
+        # a sleeping server (vLLM sleep mode) that fails /health is asleep, not unhealthy
+        health = replace(health, unhealthy=False)
     if current.phase is Phase.READY or current.outcome is Outcome.READY:
         return replace(unit, health=health, ready_source="log")
     ready_at = health.ready_at if health is not None else None

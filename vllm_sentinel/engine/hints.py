@@ -19,13 +19,16 @@ A root cause is half an answer; the other half is the fix. Three tables, all dat
 ``hint_for(crash, context)`` picks the first message row that matches the crash's
 ``"Exception: message"`` (else the cause row) and, for memory causes, names the other processes
 that hold GPU memory when the GPU collector knows them. Every hint links its runbook section
-(``docs/runbook.md#<cause>``). Text taken from the log is cut short; the renderers escape it.
+(``docs/runbook.md#<cause>``). Text taken from the log is cut short, and every value a row
+captures must have the shape its field is (``value_shapes.FIELD_SHAPES``: a PEP 440 version, a
+package name, a port …) or the row is skipped: log text never becomes a command. The renderers
+escape it.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from types import MappingProxyType
@@ -33,6 +36,7 @@ from types import MappingProxyType
 from vllm_sentinel.engine.catalog.causes import DEFAULT_BENIGN_PATTERNS
 from vllm_sentinel.engine.catalog.phases import Phase
 from vllm_sentinel.engine.snapshot import CrashInfo, GpuDevice, GpuProcessUsage, UnitSnapshot
+from vllm_sentinel.engine.value_shapes import has_shape
 
 __all__ = [
     "BENIGN_NOTES",
@@ -56,10 +60,14 @@ __all__ = [
     "hint_context",
     "hint_for",
     "runbook_anchor",
+    "weight_cache_units",
+    "without_weight_caches",
 ]
 
-RUNBOOK_PATH = "docs/runbook.md"
-"""Where the runbook lives in the repository; hints link ``RUNBOOK_PATH#<cause>``."""
+RUNBOOK_PATH = "/runbook"
+"""The runbook a user can open: the daemon serves it at this path (``serve/http.py``); hints
+link ``RUNBOOK_PATH#<cause>``. Commands without a daemon (``replay``, ``watch``) name the copy
+the package installs instead (``serve.runbook.installed_runbook``)."""
 
 RUNBOOK_URL = "runbook"
 """The runbook the status page links into: the daemon's own ``/runbook`` (docs/runbook.md as
@@ -79,7 +87,7 @@ class Hint:
         text: one or two sentences, plain text (commands in backticks).
         cause: the crash cause it is for (``CrashCause`` value).
         rule: the row that produced it: a ``MESSAGE_HINTS`` name, or ``cause:<cause>``.
-        runbook: the runbook section, ``docs/runbook.md#<cause>``.
+        runbook: the runbook section on the daemon's page, ``/runbook#<cause>``.
     """
 
     text: str
@@ -112,6 +120,29 @@ class HintContext:
     gpu_total_bytes: Mapping[int, int] = field(default_factory=dict)
     recovered: frozenset[CrashInfo] = frozenset()
     local_times: bool = False
+
+
+def weight_cache_units(units: Iterable[UnitSnapshot]) -> frozenset[str]:
+    """The units whose current incarnation is a weight-cache daemon (``vllm preload``,
+    ``RuntimeModes.role``): they hold model weights for serve units on purpose."""
+    return frozenset(
+        unit.unit
+        for unit in units
+        if unit.current is not None
+        and unit.current.ended_at is None
+        and unit.current.modes.role == "weight_cache"
+    )
+
+
+def without_weight_caches(
+    processes: Iterable[GpuProcessUsage], units: Iterable[UnitSnapshot]
+) -> tuple[GpuProcessUsage, ...]:
+    """``processes`` less those of weight-cache daemons (``weight_cache_units``): their memory
+    is the weights serve units map, never "another process holding the GPU" in a hint."""
+    daemons = weight_cache_units(units)
+    if not daemons:
+        return tuple(processes)
+    return tuple(usage for usage in processes if usage.unit not in daemons)
 
 
 def hint_context(
@@ -492,6 +523,8 @@ def _context_fields(crash: CrashInfo, context: HintContext | None) -> dict[str, 
     reads it as local time too. ``{unit}`` is ``UNIT_PLACEHOLDER`` when nobody named the unit.
     """
     unit = _bounded(context.unit) if context is not None and context.unit else UNIT_PLACEHOLDER
+    if unit != UNIT_PLACEHOLDER and not has_shape("unit", unit):
+        unit = UNIT_PLACEHOLDER  # not a unit name systemd could have made: no command with it
     local = context is not None and context.local_times
     ident = crash.invocation_id
     if ident and _INVOCATION_ID.fullmatch(ident):
@@ -631,6 +664,22 @@ _SIZE = r"[\d.]+ ?[KMGT]?i?B"
 _D = "dependency_mismatch"
 
 MESSAGE_HINTS: tuple[MessageHint, ...] = (
+    # vLLM's engine ready timeout ran out (vllm2026): the message says how long it waited
+    MessageHint(
+        "engine_ready_timeout",
+        frozenset({"timeout"}),
+        r"Timed out waiting for (?:new )?engine core processes to start\..*?Waited "
+        r"(?P<waited>\d{1,7})s \(configured by VLLM_ENGINE_READY_TIMEOUT_S\)",
+        "vLLM gave up after its engine ready timeout, {waited} s, while the engine was still "
+        "starting: raise `VLLM_ENGINE_READY_TIMEOUT_S` above the unit's startup time "
+        "(`systemctl edit {unit}`, `Environment=VLLM_ENGINE_READY_TIMEOUT_S=SECONDS`) and "
+        "restart it; if the start was stuck rather than slow, see a stalled load.",
+        "vllm/v1/engine/core_client.py (MPClient, 0.17.1–0.33.0)",
+        "TimeoutError: Timed out waiting for engine core processes to start. This is often "
+        "caused by slow weight loading for large models. Waited 600s (configured by "
+        "VLLM_ENGINE_READY_TIMEOUT_S). To increase the timeout, set the environment variable: "
+        "VLLM_ENGINE_READY_TIMEOUT_S=<seconds>",
+    ),
     MessageHint(
         "version_pair",
         frozenset({_D}),
@@ -1026,8 +1075,8 @@ MESSAGE_HINTS: tuple[MessageHint, ...] = (
         "no_bfloat16",
         frozenset({"config_error"}),
         r"Bfloat16 is only supported on GPUs with compute capability of at least 8\.0\. "
-        r"Your (?P<gpu>.+?) GPU has compute capability (?P<capability>\d+\.\d+)",
-        "The {gpu} (compute capability {capability}) has no bfloat16: add `--dtype half`.",
+        r"Your (?P<gpu_name>.+?) GPU has compute capability (?P<capability>\d+\.\d+)",
+        "The {gpu_name} (compute capability {capability}) has no bfloat16: add `--dtype half`.",
         "vllm/platforms/cuda.py check_if_supports_dtype",
         "ValueError: Bfloat16 is only supported on GPUs with compute capability of at least "
         "8.0. Your Tesla T4 GPU has compute capability 7.5. You can use float16 instead by "
@@ -1092,7 +1141,7 @@ _CONFIGURED_BENIGN = "matches a `benign_patterns` entry of the configuration: co
 
 
 def runbook_anchor(cause: str) -> str:
-    """The runbook section of a cause: ``docs/runbook.md#<cause>``."""
+    """The runbook section of a cause on the daemon's page: ``/runbook#<cause>``."""
     return f"{RUNBOOK_PATH}#{cause}"
 
 
@@ -1179,8 +1228,11 @@ def hint_for(crash: CrashInfo, context: HintContext | None = None) -> Hint:
         found = pattern.search(text)
         if found is None:
             continue
+        captured = {key: _bounded(value) for key, value in found.groupdict().items()}
+        if not all(has_shape(key, value) for key, value in captured.items() if value):
+            continue  # a value of the wrong shape never enters a command (value_shapes)
         fields = _context_fields(crash, context)
-        fields.update({key: _bounded(value) for key, value in found.groupdict().items()})
+        fields.update(captured)
         if row.derive is not None:
             fields.update(row.derive(fields))  # built from bounded fields
         hint = row.template.format_map(fields)

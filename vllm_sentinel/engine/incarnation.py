@@ -33,6 +33,7 @@ from vllm_sentinel.engine.snapshot import (
     PhaseEntry,
     Progress,
     ProgressBar,
+    RuntimeModes,
 )
 
 __all__ = [
@@ -119,6 +120,8 @@ class Incarnation:
     progress: Progress = field(default_factory=Progress)  # figures, last tqdm bar (replaced)
     start_seen: bool = False  # systemd's Starting/Started or vLLM's banner was read
     bar_origin: datetime | None = None  # when the last bar started, by tqdm's own clock
+    phase_ended: tuple[Phase, datetime] | None = None  # a line said this phase ended then
+    modes: RuntimeModes = field(default_factory=RuntimeModes)  # runtime_modes (vllm2026)
 
     @property
     def ended(self) -> bool:
@@ -140,6 +143,11 @@ class Incarnation:
         if self.ended or not is_forward(self.phase, phase):
             return None
         previous = self.timeline[-1]
+        ended = self.phase_ended
+        if ended is not None:
+            self.phase_ended = None
+            if ended[0] is self.phase and (time is None or ended[1] < time):
+                time = ended[1]  # the next phase began where a line said this one ended
         time = not_before(time, previous.entered_at)
         self.phase = phase
         self.timeline.append(PhaseEntry(phase, time))
@@ -153,6 +161,17 @@ class Incarnation:
                 self.fatal_pending = False  # it became ready after the error: survived
                 self.fatal_phase = None
         return previous
+
+    def wake(self, time: datetime | None) -> bool:
+        """Leave ``sleeping`` for ``ready`` at ``time`` (the one move back: a whole wake-up,
+        ``runtime_modes``); False when it is not sleeping."""
+        if self.ended or self.phase is not Phase.SLEEPING:
+            return False
+        self.phase = Phase.READY
+        self.timeline.append(
+            PhaseEntry(Phase.READY, not_before(time, self.timeline[-1].entered_at))
+        )
+        return True
 
     def mark_fatal(self, *, proven: bool = True, final: bool = False) -> None:
         """A failure was seen that the process's exit must confirm (the first one counts).
@@ -196,6 +215,23 @@ class Incarnation:
         self.phase = final
         self.timeline.append(PhaseEntry(final, time))
 
+    def end_phase(self, phase: Phase, time: datetime | None) -> None:
+        """A line says ``phase`` ended at ``time`` (``markers.PHASE_ENDS``): the next phase
+        entered is entered then (the latest such line of the phase counts: each TP rank
+        prints its own)."""
+        if time is not None and self.phase is phase and not self.ended:
+            self.phase_ended = (phase, time)
+
+    def raised_in(self, phase: Phase) -> None:
+        """A late traceback of a crashed incarnation was raised in ``phase`` (its frames say
+        so): it crashed there when that is later than the phase it was known to be in."""
+        if self.outcome is not Outcome.CRASHED or self.crash_phase is None:
+            return
+        if phase in _STARTUP and _PHASE_RANK[phase] > _PHASE_RANK[self.crash_phase]:
+            self.crash_phase = phase
+            if _PHASE_RANK[phase] > _PHASE_RANK[self.furthest]:
+                self.furthest = phase
+
     def reopen_as_crashed(self) -> None:
         """A clean stop turns out to be a failure (systemd's verdict came after the log's)."""
         self.outcome = Outcome.CRASHED
@@ -227,6 +263,12 @@ class Incarnation:
             api_url=self.api_url,
             progress=self.progress,
             start_seen=self.start_seen,
+            phase_ended_at=(
+                self.phase_ended[1]
+                if self.phase_ended is not None and self.phase_ended[0] is self.phase
+                else None
+            ),
+            modes=self.modes,
         )
 
 

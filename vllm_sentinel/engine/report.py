@@ -56,10 +56,23 @@ from vllm_sentinel.engine.eta import (
     remember,
     startup_record,
 )
-from vllm_sentinel.engine.hints import HintContext, explain_benign, hint_context, hint_for
+from vllm_sentinel.engine.hints import (
+    HintContext,
+    explain_benign,
+    hint_context,
+    hint_for,
+    without_weight_caches,
+)
+from vllm_sentinel.engine.modes_report import (  # vLLM 2026 modes (vllm2026)
+    mode_lines,
+    modes_status_lines,
+    modes_to_json,
+    unit_modes_to_json,
+)
 from vllm_sentinel.engine.snapshot import (
     CollectorState,
     CrashInfo,
+    EarlierIncarnations,
     EtaBasis,
     IncarnationSnapshot,
     Snapshot,
@@ -314,6 +327,7 @@ def _incarnation(
             "engine_init_seconds": progress.engine_init_seconds,
         },
         "startup": _comparison(comparison),
+        "modes": modes_to_json(item),  # modes_report (vllm2026)
     }
 
 
@@ -361,7 +375,16 @@ def unit_to_json(
         "expected_ready_at": iso_utc(unit.expected_ready_at),
         "eta_basis": unit.eta_basis.value if unit.eta_basis is not None else None,
         "eta_overdue_seconds": unit.eta_overdue_seconds,
+        **unit_modes_to_json(unit),  # modes_report (vllm2026)
     }
+    earlier = unit.earlier
+    if earlier.count:
+        document["earlier_incarnations"] = {
+            "count": earlier.count,
+            "by_outcome": dict(earlier.by_outcome),
+            "first_started_at": iso_utc(earlier.first_started_at),
+            "last_ended_at": iso_utc(earlier.last_ended_at),
+        }
     if now is not None:
         since = now - _DAY
         starts = sum(1 for moment in unit.recent_starts if moment > since)
@@ -425,6 +448,8 @@ def verdict(
         since = " (the log ends here)" if ended else f" for {format_duration(seconds)}"
     if item.outcome is Outcome.READY and item.phase is Phase.READY:
         return f"ready{since}"
+    if item.phase is Phase.SLEEPING:  # vLLM sleep mode (vllm2026)
+        return f"sleeping{since}: ready, its GPU memory freed until it is woken"
     if item.phase is Phase.STOPPING:
         return f"stopping{since}"
     ratio = item.progress.weights_loaded_ratio
@@ -443,6 +468,11 @@ def _startup_line(
     if not comparison.compared_starts:
         if not earlier:
             return f"    startup {took}: no earlier start in this input to compare with"
+        if any(startup_record(item) is not None for item in earlier):  # vllm2026
+            return (
+                f"    startup {took}: no earlier start in this input that loaded the same way "
+                "(full loads, weight-cache maps and startup-plan boots are compared apart)"
+            )
         excerpt = any(item.furthest_phase is Phase.READY for item in earlier)
         why = " with its start seen (one read from its middle has no whole durations)"
         why = why if excerpt else ""
@@ -492,8 +522,41 @@ def _wrapped(line: str, width: int | None) -> list[str]:
     )
 
 
+def _counts(counts: Mapping[str, int]) -> str:
+    """``{"killed": 1000, "kv_cache_insufficient": 993}`` → ``1,000 killed, 993 kv_…``."""
+    return ", ".join(f"{count:,} {label}" for label, count in counts.items())
+
+
+def _earlier_line(earlier: EarlierIncarnations) -> str:
+    """The line that sums up the incarnations the tracker no longer keeps."""
+    when = []
+    if earlier.first_started_at is not None:
+        when.append(f"first at {_clock(earlier.first_started_at)}")
+    if earlier.last_ended_at is not None:
+        when.append(f"last ended {_clock(earlier.last_ended_at)}")
+    times = f" ({', '.join(when)})" if when else ""
+    return f"{earlier.count:,} earlier incarnations: {_counts(earlier.by_outcome)}{times}"
+
+
+def _totals_line(unit: UnitSnapshot) -> str:
+    """The unit's starts and crashes over the whole input (shown when some were summed up)."""
+    crashes = sum(unit.crashes_total.values())
+    by_cause = dict(
+        sorted(
+            ((cause.value, count) for cause, count in unit.crashes_total.items() if count),
+            key=lambda item: (-item[1], item[0]),
+        )
+    )
+    detail = f": {_counts(by_cause)}" if by_cause else ""
+    return f"totals: {unit.starts_total:,} starts, {crashes:,} crashes{detail}"
+
+
 def render_text(
-    units: Iterable[UnitSnapshot], now: datetime | None = None, *, width: int | None = None
+    units: Iterable[UnitSnapshot],
+    now: datetime | None = None,
+    *,
+    width: int | None = None,
+    runbook: str | None = None,
 ) -> str:
     """The human timeline: per unit, each incarnation's phases, durations and verdict.
 
@@ -507,15 +570,26 @@ def render_text(
         width: wrap each verdict and hint to this many columns (a terminal's width),
             continuation lines indented under it; ``None`` keeps each on one line (for pipes
             and ``grep``).
+        runbook: the runbook hints link into, ``#<cause>`` appended (the file the package
+            installed, for a command without a daemon); ``None``: the hint's own link.
     """
     out: list[str] = []
     for unit in units:
         where = f" on {unit.host}" if unit.host else ""
-        out.append(f"unit {unit.unit}{where}: {len(unit.incarnations)} incarnation(s)")
+        earlier = unit.earlier
+        if earlier.count:
+            total = earlier.count + len(unit.incarnations)
+            out.append(
+                f"unit {unit.unit}{where}: {total:,} incarnations (the last "
+                f"{len(unit.incarnations):,} shown; --all shows every one)"
+            )
+            out.append(f"  {_earlier_line(earlier)}")
+        else:
+            out.append(f"unit {unit.unit}{where}: {len(unit.incarnations):,} incarnation(s)")
         comparisons = startup_comparisons(unit.incarnations)
         pairs = zip(unit.incarnations, comparisons, strict=True)
         context = hint_context(unit)  # its unit, and the crashes a later start recovered from
-        for number, (item, comparison) in enumerate(pairs, 1):
+        for number, (item, comparison) in enumerate(pairs, earlier.count + 1):
             usual = (
                 {row.phase: row.usual_seconds for row in comparison.phases}
                 if comparison is not None and comparison.compared_starts
@@ -532,7 +606,7 @@ def render_text(
                 if fact
             ]
             out.append(
-                f"  incarnation {number}{ident}" + (f" ({', '.join(facts)})" if facts else "")
+                f"  incarnation {number:,}{ident}" + (f" ({', '.join(facts)})" if facts else "")
             )
             for index, entry in enumerate(item.phases):
                 following = (
@@ -549,6 +623,8 @@ def render_text(
                 )
             if comparison is not None:
                 out.append(_startup_line(comparison, unit.incarnations[: number - 1]))
+            for line in mode_lines(item):  # modes_report (vllm2026)
+                out += _wrapped(line, width)
             if item.benign_errors:
                 out.append(f"    benign errors: {item.benign_errors} (discounted, not a cause)")
                 for line in item.benign_lines:
@@ -564,7 +640,10 @@ def render_text(
                 out.append(eta)
             if item.crash is not None:
                 hint = hint_for(item.crash, context)
-                out += _wrapped(f"hint: {hint.text} (see {hint.runbook})", width)
+                link = f"{runbook}#{hint.cause}" if runbook else hint.runbook
+                out += _wrapped(f"hint: {hint.text} (see {link})", width)
+        if earlier.count:
+            out.append(f"  {_totals_line(unit)}")
         out.append("")
     return "\n".join(out).rstrip() + "\n" if out else "no vLLM records found\n"
 
@@ -608,7 +687,11 @@ def status_document(snapshot: Snapshot) -> dict[str, Any]:
         "units": [
             {
                 **unit_to_json(
-                    unit, hint_context(unit, host.gpu_processes, host.gpus), snapshot.at
+                    unit,
+                    hint_context(  # weight-cache daemons' memory is no one's fault (vllm2026)
+                        unit, without_weight_caches(host.gpu_processes, host.units), host.gpus
+                    ),
+                    snapshot.at,
                 ),
                 "gpu_memory_used_bytes": dict(unit.gpu_memory_used_bytes),
                 "unhealthy": unit.health is not None and unit.health.unhealthy,
@@ -669,8 +752,12 @@ def _no_units(document: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def render_status(document: Mapping[str, Any]) -> str:
-    """A table of a ``/status`` document: collectors per host, then one line per unit."""
+def render_status(document: Mapping[str, Any], *, runbook: str | None = None) -> str:
+    """A table of a ``/status`` document: collectors per host, then one line per unit.
+
+    ``runbook``: the daemon's runbook page (``URL/runbook``) the hints link into, ``#<cause>``
+    appended; ``None``: the hint's own link (``/runbook#<cause>``).
+    """
     out = [f"vllm-sentinel at {document.get('at')}"]
     for host in document.get("hosts", []):
         collectors = ", ".join(
@@ -681,11 +768,8 @@ def render_status(document: Mapping[str, Any]) -> str:
     if not document.get("units"):
         out += _no_units(document)
         return "\n".join(out) + "\n"
-    header = (
-        f"{'HOST':<16} {'UNIT':<32} {'PHASE':<22} {'OUTCOME':<8} {'STALLED':<7} {'SLOW':<4} "
-        f"{'ETA':<8} LAST CRASH"
-    )
-    out.append(header)
+    rows: list[tuple[str, ...]] = []
+    notes: list[list[str]] = []
     for unit in document.get("units", []):
         incarnations = unit.get("incarnations") or [{}]
         current = incarnations[-1]
@@ -700,21 +784,37 @@ def render_status(document: Mapping[str, Any]) -> str:
             if last.get("settled") is False:
                 crash += " (not counted yet)"
         health = unhealthy_text(unit.get("health"))
-        phase = str(phases[-1].get("phase", "?")) + (" (unhealthy)" if health else "")
-        out.append(
-            f"{unit.get('host') or '-':<16} {unit.get('unit'):<32} "
-            f"{phase:<22} {current.get('outcome', '?'):<8} "
-            f"{'yes' if unit.get('stalled') else 'no':<7} {'yes' if unit.get('slow') else 'no':<4} "
-            f"{_eta_cell(unit):<8} {crash}"
+        # what PHASE does not say (an OUTCOME column said "running" beside a stalled unit)
+        state = [
+            word
+            for word, on in (
+                ("stalled", unit.get("stalled")),
+                ("slow", unit.get("slow") and not unit.get("stalled")),
+                ("unhealthy", health),
+                ("will-time-out", unit.get("will_time_out")),  # vllm2026
+            )
+            if on
+        ]
+        rows.append(
+            (
+                str(unit.get("host") or "-"),
+                str(unit.get("unit")),
+                str(phases[-1].get("phase", "?")),
+                ",".join(state) or "-",
+                _eta_cell(unit),
+                crash,
+            )
         )
+        below = []
         if health:
-            out.append(f"{'':<16} health: {health}")
+            below.append(f"health: {health}")
         pending = pending_crash_text(last)
         if pending:
-            out.append(f"{'':<16} crash: {pending}")
+            below.append(f"crash: {pending}")
         hint = (last or {}).get("hint") or {}
         if hint.get("text"):
-            out.append(f"{'':<16} hint: {hint['text']} (see {hint.get('runbook')})")
+            link = f"{runbook}#{last['cause']}" if runbook and last else hint.get("runbook")
+            below.append(f"hint: {hint['text']} (see {link})")
         eta = eta_text(
             unit.get("eta_seconds"),
             unit.get("expected_ready_at"),
@@ -722,5 +822,21 @@ def render_status(document: Mapping[str, Any]) -> str:
             unit.get("eta_overdue_seconds"),
         )
         if eta:
-            out.append(f"{'':<16} eta: {eta}")
+            below.append(f"eta: {eta}")
+        below += modes_status_lines(unit)  # modes_report (vllm2026)
+        notes.append(below)
+    header = ("HOST", "UNIT", "PHASE", "STATE", "ETA", "LAST CRASH")
+    widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header) - 1)]
+
+    def line(cells: tuple[str, ...]) -> str:
+        """Each column as wide as its widest cell, two spaces between (the last one free)."""
+        return "  ".join(
+            [*(cell.ljust(width) for cell, width in zip(cells, widths, strict=False)), cells[-1]]
+        )
+
+    out.append(line(header))
+    indent = " " * (widths[0] + 2)  # notes under the UNIT column
+    for row, below in zip(rows, notes, strict=True):
+        out.append(line(row))
+        out += [indent + note for note in below]
     return "\n".join(out) + "\n"

@@ -19,6 +19,7 @@ from vllm_sentinel.engine.counters import UnitCounters
 __all__ = [
     "CollectorState",
     "CrashInfo",
+    "EarlierIncarnations",
     "EtaBasis",
     "GpuDevice",
     "GpuProcess",
@@ -29,6 +30,7 @@ __all__ = [
     "PhaseEntry",
     "Progress",
     "ProgressBar",
+    "RuntimeModes",
     "SentinelState",
     "Snapshot",
     "StartupRecord",
@@ -127,6 +129,52 @@ class Progress:
         return min(1.0, (self.weights_shards_loaded or 0) / self.weights_shards_total)
 
 
+# --- vLLM 2026 states (sleep, weight cache, startup plan, watchdog, ready timeout) ---------
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeModes:
+    """How an incarnation runs, from the lines of vLLM 0.33's newer modes (``runtime_modes``).
+
+    Attributes:
+        role: ``"serve"`` (a vLLM server) or ``"weight_cache"`` (a ``vllm preload`` weight-cache
+            daemon: it loads and holds the weights that serve units map; ready once it serves).
+        startup_kind: how its start loaded: ``"full"`` (from disk), ``"weight_cache"`` (mapped
+            from a weight-cache daemon, ``--load-format ipc_cache``: seconds), or
+            ``"startup_plan"`` (a persisted startup plan skipped memory profiling); the startup
+            history keeps each kind's starts apart (``eta.same_kind``).
+        sleeping_since: when it fell asleep (log time), ``None`` while awake.
+        sleep_freed_bytes, sleep_kept_bytes: GPU memory its last sleep freed and kept in use.
+        fall_asleep_seconds, wake_up_seconds: how long its last sleep and wake-up took.
+        sleeps: times it fell asleep.
+        weight_cache_socket: where the weight-cache daemon serves (a Unix socket path).
+        weight_cache_bytes: GPU memory the daemon's model holds (allocated, bytes).
+        weight_cache_tensors: tensors a serve unit mapped from the daemon.
+        startup_plan_path: where a startup plan was saved.
+        watchdog_dump_path, watchdog_reason, watchdog_dumped_at: vLLM's watchdog dumped the
+            stack there, why, and when (``--watchdog-config``): vLLM says it is stuck.
+        ready_timeout_seconds: ``VLLM_ENGINE_READY_TIMEOUT_S`` as the unit's lines show it
+            (``None``: not shown; vLLM's default is 600 s).
+    """
+
+    role: str = "serve"
+    startup_kind: str = "full"
+    sleeping_since: datetime | None = None
+    sleep_freed_bytes: int | None = None
+    sleep_kept_bytes: int | None = None
+    fall_asleep_seconds: float | None = None
+    wake_up_seconds: float | None = None
+    sleeps: int = 0
+    weight_cache_socket: str | None = None
+    weight_cache_bytes: int | None = None
+    weight_cache_tensors: int | None = None
+    startup_plan_path: str | None = None
+    watchdog_dump_path: str | None = None
+    watchdog_reason: str | None = None
+    watchdog_dumped_at: datetime | None = None
+    ready_timeout_seconds: float | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class IncarnationSnapshot:
     """One run of the unit's main process (a systemd invocation, or a restart in text logs).
@@ -156,6 +204,8 @@ class IncarnationSnapshot:
     api_url: str | None = None  # where its API server listens, from its logs (health.py)
     benign_lines: tuple[str, ...] = ()  # the first few ERROR lines matched as benign (bodies)
     start_seen: bool = False
+    phase_ended_at: datetime | None = None  # a line said the current phase ended then
+    modes: RuntimeModes = field(default_factory=RuntimeModes)  # sleep, weight cache, … (vllm2026)
 
     @property
     def phase_entered_at(self) -> datetime | None:
@@ -181,6 +231,9 @@ class StartupRecord:
         phase_seconds: seconds each startup phase it passed took (phases it skipped are absent).
         invocation_id: its systemd invocation id, if known (with ``started_at``, the identity).
         model, vllm_version, tensor_parallel_size: what it ran, if known.
+        startup_kind: how it loaded (``RuntimeModes.startup_kind``): ``full``,
+            ``weight_cache`` or ``startup_plan``; starts of one kind are compared only with
+            that kind's.
     """
 
     started_at: datetime
@@ -190,6 +243,7 @@ class StartupRecord:
     model: str | None = None
     vllm_version: str | None = None
     tensor_parallel_size: int | None = None
+    startup_kind: str = "full"
 
     @property
     def startup_seconds(self) -> float:
@@ -228,6 +282,25 @@ class UnitHealth:
     failures: int = 0
     unhealthy: bool = False
     served_models: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class EarlierIncarnations:
+    """The incarnations a unit's tracker no longer keeps (it keeps the last few), summed up.
+
+    Attributes:
+        count: how many were forgotten.
+        by_outcome: how each ended: a crash by its root cause (``killed``,
+            ``kv_cache_insufficient``), otherwise its outcome (``stopped``, ``running``),
+            most frequent first.
+        first_started_at: when the earliest of them started (UTC), if known.
+        last_ended_at: when the latest of them ended (UTC), if known.
+    """
+
+    count: int = 0
+    by_outcome: Mapping[str, int] = field(default_factory=dict)
+    first_started_at: datetime | None = None
+    last_ended_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,6 +351,13 @@ class UnitSnapshot:
         unit_name_known: the name came from the journal, systemd's own lines or the user;
             False for plain text that named no unit (replay's placeholder name): the hints'
             commands then say ``<unit>`` for the operator to fill.
+        stall_reason: why ``stalled``: ``"no_progress"`` (the stall rule) or
+            ``"vllm_watchdog"`` (vLLM's own watchdog dumped the stack, ``RuntimeModes``).
+        will_time_out: the ETA lies past the engine's ready timeout
+            (``VLLM_ENGINE_READY_TIMEOUT_S``, ``ready_timeout_seconds``, counted from the
+            start): vLLM will give up first (``eta.will_time_out``).
+        ready_timeout_seconds: the ready timeout that applies (the unit's, else 600).
+        ready_timeout_remaining_seconds: seconds left before it runs out (never below 0).
         log_times_local: its times are plain text's as printed (replay of text): the host's
             local time read as if UTC, the year assumed where the stamps carry none; False for
             the journal's real timestamps.
@@ -313,6 +393,12 @@ class UnitSnapshot:
     eta_overdue_seconds: float | None = None
     unit_name_known: bool = True
     log_times_local: bool = False
+    earlier: EarlierIncarnations = field(default_factory=EarlierIncarnations)
+    # vLLM 2026 states (vllm2026): why it is stalled, and the engine ready timeout's verdict
+    stall_reason: str | None = None
+    will_time_out: bool = False
+    ready_timeout_seconds: float | None = None
+    ready_timeout_remaining_seconds: float | None = None
 
     @property
     def current(self) -> IncarnationSnapshot | None:

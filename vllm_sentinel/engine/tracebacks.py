@@ -26,6 +26,10 @@ import re
 from enum import Enum
 from typing import Final, NamedTuple
 
+from vllm_sentinel.engine.catalog.announcements import is_announcement
+from vllm_sentinel.engine.catalog.frames import frame_phase
+from vllm_sentinel.engine.catalog.phases import Phase
+
 __all__ = ["ExceptionEvent", "TracebackAssembler"]
 
 _TRACEBACK: Final = "Traceback (most recent call last):"
@@ -70,6 +74,8 @@ class ExceptionEvent(NamedTuple):
         in_traceback: False when the exception line was seen without its traceback.
         frame: the innermost frame line read (``  File "…/chat_utils.py", line 1033, in
             validate_chat_template``): where the exception was raised, if known.
+        phase: the startup phase the innermost vLLM frame that names one ran in
+            (``frames.FRAME_PHASES``: ``profile_run`` → profiling_kv_cache), if any.
     """
 
     exception: str
@@ -79,16 +85,18 @@ class ExceptionEvent(NamedTuple):
     chained: bool
     in_traceback: bool
     frame: str | None = None
+    phase: Phase | None = None
 
 
 _OPEN: Final = frozenset({_State.FRAMES, _State.CHAIN})
 
 
 class _Stream:
-    __slots__ = ("chained", "context", "frame", "logged", "quiet", "state", "survivor")
+    __slots__ = ("chained", "context", "frame", "logged", "phase", "quiet", "state", "survivor")
 
     def __init__(self) -> None:
         self.frame: str | None = None  # the last ``  File "…"`` line of the traceback
+        self.phase: Phase | None = None  # the phase its innermost vLLM frame with one names
         self.quiet: str | None = None  # the level of a traceback logged at INFO/WARNING/DEBUG
         self.survivor = False  # kept open across a new process's banner (``reset``)
         self.state = _State.IDLE
@@ -178,6 +186,7 @@ class TracebackAssembler:
             stream.chained = stream.state is _State.CHAIN
             stream.state = _State.FRAMES
             stream.frame = None
+            stream.phase = None
             stream.logged = has_header
             stream.quiet = level if has_header and level in _QUIET_LEVELS else None
             return True, None, not stream.chained and stream.quiet is None
@@ -199,12 +208,21 @@ class TracebackAssembler:
                     return False, None, False
                 if body.startswith('  File "'):
                     stream.frame = body[:_MAX_FRAME]
+                    phase = frame_phase(body)
+                    if phase is not None:
+                        stream.phase = phase  # frames run outermost first: the last one wins
                 return True, None, False
             if has_header and level not in _ERROR_LEVELS:
                 return False, None, False  # another thread's log line in between: not ours
             if stream.survivor and _ORPHAN_EXCEPTION_LINE.match(body) is None:
                 stream.state = _State.IDLE  # a new process's line, not the old exception line
                 stream.survivor = False
+                return self._idle(key, stream, body, level, has_header)
+            if is_announcement(body):
+                # "EngineCore failed to start." says a failure happened, never which: another
+                # process's open traceback (no PID prefixes, 0.8–0.9) does not take it as its
+                # exception line
+                stream.state = _State.IDLE
                 return self._idle(key, stream, body, level, has_header)
             found = _EXCEPTION_LINE.match(body)
             if found is None and _PROGRESS_BAR.search(body) is not None:
@@ -221,6 +239,7 @@ class TracebackAssembler:
                 stream.chained,
                 True,
                 stream.frame,
+                stream.phase,
             )
             return True, event, False
         if not body:
@@ -244,6 +263,7 @@ class TracebackAssembler:
             stream = stream or self._stream(key)
             stream.state = _State.FRAMES
             stream.frame = body[:_MAX_FRAME]
+            stream.phase = frame_phase(body)
             stream.logged = has_header
             stream.chained = False
             stream.quiet = level if has_header and level in _QUIET_LEVELS else None

@@ -26,16 +26,19 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from datetime import datetime
+from dataclasses import replace
+from datetime import datetime, timedelta
 from fnmatch import fnmatchcase
 from types import MappingProxyType
 from typing import Final
 
+from vllm_sentinel.engine.catalog.announcements import is_announcement
 from vllm_sentinel.engine.catalog.causes import (
     BenignMatcher,
     CrashCause,
     Evidence,
     EvidenceKind,
+    bare_raise_cause,
     classify_exception,
     is_engine_dead,
     is_request_error,
@@ -43,6 +46,7 @@ from vllm_sentinel.engine.catalog.causes import (
 )
 from vllm_sentinel.engine.catalog.failure_lines import Effect, FailureMatch, classify_failure_line
 from vllm_sentinel.engine.catalog.markers import (
+    PHASE_END_EVENTS,
     Event,
     MarkerMatch,
     MarkerMatcher,
@@ -68,8 +72,16 @@ from vllm_sentinel.engine.incarnation import (
 )
 from vllm_sentinel.engine.line_clock import LineClock
 from vllm_sentinel.engine.routing import Incarnations
+from vllm_sentinel.engine.runtime_modes import (
+    MODE_EVENTS,
+    NOT_PROGRESS,
+    READY_TIMEOUT_NEEDLE,
+    apply_mode_event,
+    read_ready_timeout,
+    watchdog_stalled,
+)
 from vllm_sentinel.engine.seen_cursors import SeenCursors
-from vllm_sentinel.engine.snapshot import PhaseEntry, UnitSnapshot
+from vllm_sentinel.engine.snapshot import PhaseEntry, RuntimeModes, UnitSnapshot
 from vllm_sentinel.engine.tracebacks import ExceptionEvent, TracebackAssembler
 
 __all__ = ["BENIGN_LINES_KEPT", "RECENT_EVENTS_KEPT", "TrackerSet", "UnitTracker"]
@@ -104,6 +116,7 @@ _PLAIN_EVENTS: Final = frozenset(Event) - {
     Event.PROCESS_STARTED,
     Event.SHUTDOWN,
     Event.SHUTDOWN_COMPLETE,
+    *MODE_EVENTS,  # runtime_modes: sleep, weight cache, startup plan, watchdog (vllm2026)
 }
 _BAR_EVENTS: Final = frozenset({Event.WEIGHTS_PROGRESS, Event.GRAPH_CAPTURE_PROGRESS})  # tqdm bars
 _MANAGER_IDENTS: Final = frozenset({"systemd", "kernel"})
@@ -176,11 +189,16 @@ class UnitTracker:
         # stand-in evidence made of it when a logged traceback followed (see _stand_in)
         self._last_error: dict[int | None, str] = {}
         self._stand_ins: dict[int | None, tuple[Incarnation, Evidence]] = {}
+        # PID → its last ERROR line kept as evidence (``_on_error_line``), which a stand-in
+        # replaces (``_stand_in``)
+        self._error_lines: dict[int | None, tuple[str, Evidence]] = {}
         self._incs = Incarnations(self._crashes, max_incarnations)
         self._tracebacks = TracebackAssembler()
         self._clock = LineClock(reference_year)
         self._seen = SeenCursors()
-        self._latest_time: datetime | None = None
+        self._latest_time: datetime | None = None  # log time that settles crashes (feed_many)
+        self._previous_time: datetime | None = None
+        self._jump = timedelta(seconds=max(traceback_hold_seconds, 10 * settle_seconds))
         self._line_level = "none"  # the level of the last line read (a record's: its first)
         self._counting = True
         self.records_by_level: Counter[str] = Counter()
@@ -194,6 +212,7 @@ class UnitTracker:
         self._phase_durations: dict[Phase, float] = {}
         self._startup_duration: float | None = None
         self._snapshot: UnitSnapshot | None = None  # the last snapshot, while nothing changed
+        self._ready_timeout: float | None = None  # VLLM_ENGINE_READY_TIMEOUT_S as last shown
 
     @property
     def counting(self) -> bool:
@@ -205,6 +224,11 @@ class UnitTracker:
         self._counting = value
         self._crashes.counting = value
         self._incs.counting = value
+
+    @property
+    def last_record_at(self) -> datetime | None:
+        """The log time of the last record fed (journal order; ``None`` before any)."""
+        return self._previous_time
 
     @property
     def starts_total(self) -> int:
@@ -240,8 +264,16 @@ class UnitTracker:
                 time = record.realtime
                 if time is not None:
                     clock.observe(time)
-                    if self._latest_time is None or time > self._latest_time:
+                    # the log time crashes settle by: this record's, but a jump ahead of the
+                    # one before by more than the traceback hold counts only once a second
+                    # record agrees (one line dated in the future, by a skewed writer or a
+                    # forged stamp, cannot settle crashes; later lines bring the time back)
+                    previous = self._previous_time
+                    self._previous_time = time
+                    if previous is None or time - previous <= self._jump:
                         self._latest_time = time
+                    else:
+                        self._latest_time = previous
                 message = record.message
                 if record.from_manager or record.syslog_identifier in _MANAGER_IDENTS:
                     for line in message.split("\n") if "\n" in message else (message,):
@@ -433,8 +465,17 @@ class UnitTracker:
             self._incs.claim_pid(incarnation, pid)
         if rank is not None and (incarnation.max_rank is None or rank > incarnation.max_rank):
             incarnation.max_rank = rank
-        if event is not Event.HEARTBEAT:
+        if event is not Event.HEARTBEAT and event not in NOT_PROGRESS:
             incarnation.last_progress_at = time
+        if READY_TIMEOUT_NEEDLE in body:
+            # the unit's environment: later starts keep it until a line says otherwise; a line
+            # after an incarnation ended (a launcher's trace before the next banner) is the
+            # next start's, not the ended one's
+            shown = read_ready_timeout(RuntimeModes(), body).ready_timeout_seconds
+            if shown is not None:
+                self._ready_timeout = shown
+                if not incarnation.ended:
+                    incarnation.modes = replace(incarnation.modes, ready_timeout_seconds=shown)
         if started:
             if not has_header:
                 self._on_uncaught_traceback(incarnation, pid, time)
@@ -448,13 +489,15 @@ class UnitTracker:
         if exception is not None:
             if self._stand_ins and not exception.chained:
                 self._drop_stand_in(pid)
-            self._on_exception(incarnation, exception, kind, role, time)
+            self._on_exception(incarnation, exception, kind, role, time, pid)
         elif found is not None:
-            self._on_marker(incarnation, found, body, time, source, role)
+            self._on_marker(incarnation, found, body, time, source, role, pid)
         elif not consumed and kind is LineKind.RAW and not incarnation.ended:
             failure = classify_failure_line(body)
             if failure is not None:
                 self._on_failure_line(incarnation, failure, time)
+            elif incarnation.phase in _STARTUP:
+                self._on_bare_raise(incarnation, body, time)
         if level in _ERROR_LEVELS and not consumed:
             if self._benign.matches(body):
                 incarnation.benign_errors += 1
@@ -466,6 +509,7 @@ class UnitTracker:
                 if len(self._last_error) >= _MAX_TRACE_OWNERS and pid not in self._last_error:
                     del self._last_error[next(iter(self._last_error))]
                 self._last_error[pid] = body
+                self._on_error_line(incarnation, body, pid, time)
 
     def _stand_in(
         self,
@@ -484,10 +528,40 @@ class UnitTracker:
         message = self._last_error.pop(pid, None)
         if message is None or message != self._tracebacks.context_of(pid):
             return
+        if is_announcement(message):
+            return  # it says that something failed, not what
+        kept = self._error_lines.pop(pid, None)
+        if kept is not None and kept[0] == message and kept[1] in incarnation.evidence:
+            incarnation.evidence.remove(kept[1])  # it becomes the stand-in below
         event = ExceptionEvent("", message, None, True, False, True)
-        evidence = self._on_exception(incarnation, event, kind, role, time)
+        evidence = self._on_exception(incarnation, event, kind, role, time, pid)
         if evidence is not None:
             self._stand_ins[pid] = (incarnation, evidence)
+
+    def _on_error_line(
+        self, incarnation: Incarnation, body: str, pid: int | None, time: datetime | None
+    ) -> None:
+        """An ERROR line of vLLM's that is no marker and no traceback's line: when its words
+        name a failure (``causes.classify_exception``), it is evidence of the crash.
+
+        ``logger.error("Failed to create unquantized linear weights: %s", e)`` (linear.py)
+        states the OOM before the traceback that a paste often cuts off. A line that only
+        announces a failure (``announcements``), a request's error and a line the same
+        process outlives (``CrashBook.survived``) name no cause.
+        """
+        if incarnation.ended or incarnation.stop_requested or is_announcement(body):
+            return
+        cause, kind = classify_exception("", body)
+        if cause is CrashCause.UNKNOWN or kind is not EvidenceKind.REAL:
+            return
+        if is_request_error("", body, None):
+            return
+        evidence = self._crashes.add_evidence(
+            incarnation, cause, kind, "", body, time, pid=pid, survivable=True
+        )
+        if len(self._error_lines) >= _MAX_TRACE_OWNERS and pid not in self._error_lines:
+            del self._error_lines[next(iter(self._error_lines))]
+        self._error_lines[pid] = (body, evidence)
 
     def _drop_stand_in(self, pid: int | None) -> None:
         """The real exception line arrived: its message's stand-in is no longer evidence."""
@@ -614,6 +688,7 @@ class UnitTracker:
         time: datetime | None,
         source: str | None = None,
         role: Role | None = None,
+        pid: int | None = None,
     ) -> None:
         marker, groups = found
         event = marker.event
@@ -623,6 +698,10 @@ class UnitTracker:
             read_figures(incarnation, event, groups)
             if event in _BAR_EVENTS and marker.phase is not None:
                 read_progress_bar(incarnation, event, marker.phase, groups, time)
+        ends = PHASE_END_EVENTS.get(event)
+        if ends is not None and marker.phase is ends:
+            self._advance(incarnation, ends, time)  # an excerpt may start with the end line
+            incarnation.end_phase(ends, time)
         if (
             event is Event.ENGINE_INIT or event is Event.SERVER_CONFIG
         ) and incarnation.tensor_parallel_size is None:
@@ -667,6 +746,9 @@ class UnitTracker:
                 else:
                     incarnation.mark_fatal()
             return
+        if event in MODE_EVENTS:
+            self._on_mode(incarnation, found, time)
+            return
         if event is Event.PROCESS_STARTED:
             incarnation.has_banner = True
             incarnation.start_seen = True
@@ -685,7 +767,24 @@ class UnitTracker:
             return
         phase = marker.phase
         if phase is not None:
+            before = incarnation.phase
             self._advance(incarnation, phase, time)
+            if incarnation.phase is not before and incarnation.evidence:
+                # the process went on to a later phase: what it printed before did not end it
+                self._crashes.survived(incarnation, pid)
+
+    def _on_mode(self, incarnation: Incarnation, found: MarkerMatch, time: datetime | None) -> None:
+        """A line of sleep, weight cache, startup plan or watchdog (``runtime_modes``)."""
+        marker, groups = found
+        if incarnation.ended:
+            return
+        incarnation.modes = apply_mode_event(incarnation.modes, marker.event, groups, time)
+        if marker.event is Event.WOKE_UP:
+            if incarnation.modes.sleeping_since is None and incarnation.wake(time):
+                self._snapshot = None
+            return
+        if marker.phase is not None:
+            self._advance(incarnation, marker.phase, time)
 
     def _on_exception(
         self,
@@ -694,8 +793,12 @@ class UnitTracker:
         line_kind: LineKind,
         role: Role | None,
         time: datetime | None,
+        pid: int | None = None,
     ) -> Evidence | None:
         """An exception line (or a stand-in): evidence, and a crash pending or ended.
+
+        The phase its innermost vLLM frames name (``frames``), when later than the markers',
+        is the phase it was raised in.
 
         Returns:
             The evidence kept, or ``None`` when the exception is not evidence (a request's
@@ -714,8 +817,19 @@ class UnitTracker:
             return None
         cause, kind = classify_exception(exception.exception, exception.message, exception.frame)
         evidence = self._crashes.add_evidence(
-            incarnation, cause, kind, exception.exception, exception.message, time
+            incarnation,
+            cause,
+            kind,
+            exception.exception,
+            exception.message,
+            time,
+            pid=pid,
+            survivable=True,
         )
+        if exception.exception and kind is EvidenceKind.REAL and cause is not CrashCause.UNKNOWN:
+            self._crashes.supersede_lines(incarnation, evidence)
+        if exception.phase is not None:
+            self._raised_in(incarnation, exception.phase, time)
         if incarnation.ended:
             return evidence
         context = exception.context or ""
@@ -755,6 +869,20 @@ class UnitTracker:
         elif row.effect is Effect.FATAL:
             incarnation.mark_fatal()
 
+    # --- issue 19, mechanism 3: a fatal message without its exception class ------------------
+
+    def _on_bare_raise(self, incarnation: Incarnation, body: str, time: datetime | None) -> None:
+        """A bare line during startup that only a ``raise`` in vLLM prints (the failure
+        catalog's raise-only templates, ``causes.bare_raise_cause``): a paste that kept the
+        message and lost its class and traceback. It is the failure that ends the start."""
+        if incarnation.stop_requested:
+            return
+        cause = bare_raise_cause(body)
+        if cause is None:
+            return
+        self._crashes.add_evidence(incarnation, cause, EvidenceKind.REAL, "", body, time)
+        incarnation.mark_fatal()
+
     def _stop_requested(self, incarnation: Incarnation, time: datetime | None) -> None:
         """The process was asked to stop (a signal, Ctrl-C): what follows is no crash."""
         incarnation.clear_unproven_fatal()
@@ -785,6 +913,17 @@ class UnitTracker:
             return
         incarnation.mark_fatal(proven=False)
 
+    def _raised_in(self, incarnation: Incarnation, phase: Phase, time: datetime | None) -> None:
+        """A traceback's frames say it was raised in startup phase ``phase``: the
+        incarnation was there, if the markers had not said as much (``frames``)."""
+        if phase not in _STARTUP:
+            return
+        if not incarnation.ended:
+            if incarnation.phase in _STARTUP:
+                self._advance(incarnation, phase, time)
+            return
+        incarnation.raised_in(phase)
+
     def _advance(self, incarnation: Incarnation, phase: Phase, time: datetime | None) -> None:
         """Move ``incarnation`` forward to ``phase``, timing the startup phase it leaves."""
         previous = incarnation.enter(phase, time)
@@ -800,7 +939,12 @@ class UnitTracker:
             self._phase_durations[previous.phase] = max(
                 0.0, (entered - previous.entered_at).total_seconds()
             )
-        if phase is Phase.READY and incarnation.started_at is not None and entered is not None:
+        if (
+            phase is Phase.READY
+            and previous.phase is not Phase.SLEEPING
+            and incarnation.started_at is not None
+            and entered is not None
+        ):
             self._startup_duration = max(0.0, (entered - incarnation.started_at).total_seconds())
 
     # --- output --------------------------------------------------------------------------
@@ -838,7 +982,12 @@ class UnitTracker:
             startup_duration_seconds=self._startup_duration,
             recent_starts=tuple(self._incs.recent_starts),
             recent_crashes=tuple(crashes.recent_crashes),
+            earlier=crashes.earlier(),
+            ready_timeout_seconds=self._ready_timeout,
         )
+        if incarnations and watchdog_stalled(incarnations[-1]):
+            # vLLM's own watchdog dumped the stack and nothing moved since (runtime_modes)
+            self._snapshot = replace(self._snapshot, stalled=True, stall_reason="vllm_watchdog")
         return self._snapshot
 
 

@@ -17,6 +17,12 @@ daemon runs it before it serves, ``check-config`` runs the same function; re-exp
 
 The server runs ``serve_forever`` in a daemon thread and one daemon thread per connection; the
 TLS handshake happens on the connection's thread, so a slow client cannot block ``accept``.
+What an unauthenticated client can hold is bounded (``ConnectionLimits``): at most
+``max_connections`` connections (a quarter of the fd limit at most), each closed unless its
+handshake and request headers are read within ``request_read_seconds`` of ``accept``; when the
+cap is reached, the connection that has waited longest for its request makes room. A client
+that goes away mid-answer is one rate-limited ``http_connection_aborted`` line, not wsgiref's
+traceback on stderr.
 Passwords are never logged and never kept: successful checks are cached as a keyed hash, per
 user, for ``cache_seconds``, so bcrypt stays off the hot path of a 15 s scrape. Failed logins
 are logged (``http_auth_failed``: client address, user name, path; never the password), at
@@ -28,16 +34,20 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import functools
 import hashlib
 import hmac
+import io
 import json
+import resource
 import secrets
 import socket
 import ssl
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from http import HTTPStatus
 from importlib import resources
 from socketserver import TCPServer, ThreadingMixIn
@@ -69,10 +79,13 @@ from vllm_sentinel.serve.web_config import (
 __all__ = [
     "AUTH_FAILURE_LOG_INTERVAL_SECONDS",
     "DEFAULT_LISTEN_HOST",
+    "DEFAULT_MAX_CONNECTIONS",
+    "DEFAULT_REQUEST_READ_SECONDS",
     "REALM",
     "RUNBOOK_PATH",
     "SERVER_NAME",
     "BasicAuthenticator",
+    "ConnectionLimits",
     "ExporterSecurity",
     "ServerHandle",
     "TlsServerConfig",
@@ -86,6 +99,12 @@ __all__ = [
 
 DEFAULT_LISTEN_HOST = "127.0.0.1"
 """Bind to loopback unless told otherwise."""
+
+DEFAULT_MAX_CONNECTIONS = 64
+"""Connections served at once by default (``ConnectionLimits``)."""
+
+DEFAULT_REQUEST_READ_SECONDS = 10.0
+"""Seconds from ``accept`` to read a request's headers, TLS handshake included, by default."""
 
 REALM = "vllm-sentinel"
 """The basic-auth realm sent with 401 answers."""
@@ -414,11 +433,83 @@ def _runbook_page() -> tuple[str, bytes, str]:
 # --------------------------------------------------------------------------- server
 
 
+@dataclass(frozen=True, slots=True)
+class ConnectionLimits:
+    """What one client can hold of the exporter before it has even sent a request.
+
+    Attributes:
+        max_connections: connections open at once (each holds a thread and a file
+            descriptor). When it is reached, the connection that has waited longest for its
+            request headers is closed to make room; when every connection is being answered,
+            the new one is closed. At most a quarter of the process's file-descriptor limit,
+            so the daemon's own files (cursor saves, journalctl pipes) always have room.
+        request_read_seconds: the deadline from ``accept`` for the TLS handshake, the request
+            line and every header (a client trickling a byte every few seconds is closed).
+    """
+
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    request_read_seconds: float = DEFAULT_REQUEST_READ_SECONDS
+
+
+@dataclass(slots=True)
+class _Connection:
+    accepted_at: float
+    reading: bool = True  # still reading the handshake, request line and headers
+
+
+_ABORTS = (
+    "BrokenPipeError",
+    "ConnectionResetError",
+    "ConnectionAbortedError",
+    "SSLError",
+    "SSLEOFError",
+    "SSLZeroReturnError",
+    "TimeoutError",
+    "OSError",
+)
+
+
+class _ErrorStream(io.StringIO):
+    """``wsgi.errors`` of one request: what wsgiref prints there (a traceback when the client
+    went away mid-answer) becomes one structured log line, client aborts rate-limited."""
+
+    def __init__(self, client: str, throttle: Throttle) -> None:
+        super().__init__()
+        self._client = client
+        self._throttle = throttle
+
+    def flush(self) -> None:
+        text = self.getvalue()
+        if not text.strip():
+            return
+        self.seek(0)
+        self.truncate()
+        last = text.strip().splitlines()[-1]
+        error = last.partition(":")[0].rpartition(".")[2].strip()
+        if error in _ABORTS:
+            count = self._throttle.admit()
+            if count is not None:
+                _log.info(
+                    "http_connection_aborted",
+                    client=self._client,
+                    error=error,
+                    detail=_printable(last)[:200],
+                    aborts=count,
+                )
+            return
+        _log.error("http_request_failed", client=self._client, traceback=text[-4000:])
+
+
+def _printable(text: str) -> str:
+    return "".join(char if char.isprintable() else " " for char in text)
+
+
 class _RequestHandler(WSGIRequestHandler):
     """Per connection: finish the TLS handshake here (not in ``accept``), log nothing, name
-    the server ``vllm-sentinel/<version>``."""
+    the server ``vllm-sentinel/<version>``; tell the server once the request is read."""
 
     timeout = 30.0
+    server: _Server
 
     def version_string(self) -> str:
         """The ``Server:`` header of errors the HTTP layer answers itself (a bad request)."""
@@ -428,6 +519,17 @@ class _RequestHandler(WSGIRequestHandler):
         super().setup()
         if isinstance(self.connection, ssl.SSLSocket):
             self.connection.do_handshake()
+
+    def parse_request(self) -> bool:
+        """Parse the request line and headers; from here on the read deadline is over."""
+        parsed = super().parse_request()
+        if parsed:
+            self.server.request_read(self.request)
+        return parsed
+
+    def get_stderr(self) -> _ErrorStream:
+        """``wsgi.errors``: one structured line per failure, never a raw traceback."""
+        return _ErrorStream(str(self.client_address[0]), self.server.aborts)
 
     def log_message(self, format: str, *args: Any) -> None:
         """Log nothing: requests carry credentials and are too many to log."""
@@ -451,6 +553,71 @@ def _named(app: WSGIApplication) -> WSGIApplication:
 class _Server(ThreadingMixIn, WSGIServer):
     daemon_threads = True
     block_on_close = False
+    request_queue_size = 128  # listen backlog: a scrape is not dropped behind slow clients
+    limits = ConnectionLimits()
+
+    def server_activate(self) -> None:
+        self._lock = threading.Lock()
+        self._connections: dict[Any, _Connection] = {}
+        self.aborts = Throttle(AUTH_FAILURE_LOG_INTERVAL_SECONDS)
+        self._limited = Throttle(AUTH_FAILURE_LOG_INTERVAL_SECONDS)
+        super().server_activate()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """Admit a connection within ``limits.max_connections`` (see ``ConnectionLimits``)."""
+        now = time.monotonic()
+        refused = limited = False
+        with self._lock:
+            if len(self._connections) >= self.limits.max_connections:
+                limited = True
+                waiting = [(c.accepted_at, s) for s, c in self._connections.items() if c.reading]
+                if waiting:
+                    _, oldest = min(waiting, key=lambda item: item[0])
+                    self._connections.pop(oldest)
+                    _cut(oldest)
+                else:
+                    refused = True
+            if not refused:
+                self._connections[request] = _Connection(now)
+        if limited:
+            count = self._limited.admit()
+            if count is not None:
+                _log.warning(
+                    "http_connections_limited",
+                    max_connections=self.limits.max_connections,
+                    closed=count,
+                    detail="the connection waiting longest for its request was closed (or the "
+                    "new one, when all are being answered); counted since the last line",
+                )
+        if refused:
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def request_read(self, request: Any) -> None:
+        """The handler read its request: the read deadline no longer applies."""
+        with self._lock:
+            connection = self._connections.get(request)
+            if connection is not None:
+                connection.reading = False
+
+    def service_actions(self) -> None:
+        """Between two polls of ``serve_forever`` (0.1 s): close connections whose request
+        is not read within ``limits.request_read_seconds`` of ``accept``."""
+        deadline = time.monotonic() - self.limits.request_read_seconds
+        with self._lock:
+            late = [
+                s for s, c in self._connections.items() if c.reading and c.accepted_at < deadline
+            ]
+            for request in late:
+                self._connections[request].reading = False  # cut once
+        for request in late:
+            _cut(request)
+
+    def close_request(self, request: Any) -> None:
+        with self._lock:
+            self._connections.pop(request, None)
+        super().close_request(request)
 
     def server_bind(self) -> None:
         # HTTPServer.server_bind calls socket.getfqdn (a DNS lookup); skip it.
@@ -463,6 +630,21 @@ class _Server(ThreadingMixIn, WSGIServer):
     def handle_error(self, request: Any, client_address: Any) -> None:
         # Failed handshakes, resets and timeouts: the client's problem, not ours.
         _log.debug("http_connection_failed", client=str(client_address[0]))
+
+
+def _cut(request: Any) -> None:
+    """Shut a connection down under the thread reading it (its read returns at once); the
+    thread then closes it. The plain socket's shutdown, so the TLS object is left alone."""
+    with contextlib.suppress(OSError):
+        socket.socket.shutdown(request, socket.SHUT_RDWR)
+
+
+def _fd_budget(wanted: int) -> int:
+    """``wanted`` connections, at most a quarter of the soft file-descriptor limit."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return wanted
+    return max(1, min(wanted, soft // 4))
 
 
 class _Server6(_Server):
@@ -506,8 +688,12 @@ def start_http_server(
     listen_port: int,
     app: WSGIApplication,
     ssl_context: ssl.SSLContext | None = None,
+    limits: ConnectionLimits | None = None,
 ) -> ServerHandle:
     """Bind and serve ``app`` on a daemon thread; port 0 picks a free port.
+
+    ``limits`` bound what clients can hold before their request is read (``ConnectionLimits``;
+    default: 64 connections, 10 s to send the request headers, TLS handshake included).
 
     ``listen_host`` is an address or name (IPv6 without brackets); ``""`` is every IPv4
     interface. Call ``shutdown()`` from a thread (``asyncio.to_thread``): it blocks briefly.
@@ -516,7 +702,17 @@ def start_http_server(
         OSError: the address cannot be bound.
     """
     server_class = _Server6 if _family(listen_host, listen_port) == socket.AF_INET6 else _Server
-    server = server_class((listen_host, listen_port), _RequestHandler)
+    limits = limits or ConnectionLimits()
+    server = server_class((listen_host, listen_port), _RequestHandler, bind_and_activate=False)
+    server.limits = ConnectionLimits(
+        _fd_budget(limits.max_connections), limits.request_read_seconds
+    )
+    try:
+        server.server_bind()
+        server.server_activate()
+    except BaseException:
+        server.server_close()
+        raise
     if ssl_context is not None:
         server.socket = ssl_context.wrap_socket(
             server.socket, server_side=True, do_handshake_on_connect=False
@@ -532,6 +728,10 @@ def start_http_server(
     thread.start()
     handle = ServerHandle(server, thread)
     _log.info(
-        "http_server_started", host=handle.host, port=handle.port, tls=ssl_context is not None
+        "http_server_started",
+        host=handle.host,
+        port=handle.port,
+        tls=ssl_context is not None,
+        max_connections=server.limits.max_connections,
     )
     return handle

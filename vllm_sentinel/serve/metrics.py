@@ -31,10 +31,11 @@ from enum import StrEnum
 
 from vllm_sentinel import __version__
 from vllm_sentinel.engine.catalog.causes import CrashCause
-from vllm_sentinel.engine.catalog.phases import PHASE_ORDER, STARTUP_PHASES
+from vllm_sentinel.engine.catalog.phases import PHASE_ORDER, STARTUP_PHASES, Phase
 from vllm_sentinel.engine.counters import LOG_LEVELS, UnitCounters
 from vllm_sentinel.engine.decode.journal_json import SKIP_REASONS
 from vllm_sentinel.engine.snapshot import HostSnapshot, IncarnationSnapshot, Snapshot, UnitSnapshot
+from vllm_sentinel.engine.terminal_text import printable
 from vllm_sentinel.state.history_store import HISTORY_SKIP_REASON
 
 __all__ = [
@@ -94,7 +95,8 @@ _WORD_CUT_MIN = 0.5  # a word boundary in the last half of the room; else cut th
 
 
 def bound_label(value: str | None, limit: int = LABEL_VALUE_LIMIT) -> str:
-    """Make a safe label value: ``""`` for None, whitespace collapsed, valid UTF-8, cut.
+    """Make a safe label value: ``""`` for None, control sequences and characters removed
+    (``terminal_text.printable``), whitespace collapsed, valid UTF-8, cut.
 
     A value longer than ``limit`` characters keeps its words up to the last space that
     leaves room for ``…`` and ends with it (the hints' convention): at most ``limit``
@@ -104,7 +106,7 @@ def bound_label(value: str | None, limit: int = LABEL_VALUE_LIMIT) -> str:
     """
     if not value:
         return ""
-    text = " ".join(value.split())
+    text = " ".join(printable(value).split())  # no terminal control sequence in a label
     text = text.encode("utf-8", "replace").decode("utf-8")
     if len(text) <= limit:
         return text
@@ -438,6 +440,101 @@ def _cursor_saved(snapshot: Snapshot) -> Iterator[Sample]:
         yield (), _seconds(sentinel.cursor_saved_at)
 
 
+# --- vLLM 0.33's modes: sleep, weight cache, startup plans, watchdog, ready timeout (vllm2026) -
+
+_ROLES = ("serve", "weight_cache")
+_STARTUP_KINDS = ("full", "weight_cache", "startup_plan")
+
+
+def _unit_role(snapshot: Snapshot) -> Iterator[Sample]:
+    for host, unit, current in _currents(snapshot):
+        role = current.modes.role
+        for value in _ROLES:
+            yield (host, unit.unit, value), 1.0 if value == role else 0.0
+
+
+def _unit_startup_kind(snapshot: Snapshot) -> Iterator[Sample]:
+    for host, unit, current in _currents(snapshot):
+        kind = current.modes.startup_kind
+        for value in _STARTUP_KINDS:
+            yield (host, unit.unit, value), 1.0 if value == kind else 0.0
+
+
+def _sleeping(snapshot: Snapshot) -> Iterator[tuple[str, UnitSnapshot, IncarnationSnapshot]]:
+    for host, unit, current in _currents(snapshot):
+        if current.phase is Phase.SLEEPING:
+            yield host, unit, current
+
+
+def _unit_sleeping_since(snapshot: Snapshot) -> Iterator[Sample]:
+    for host, unit, current in _sleeping(snapshot):
+        if current.modes.sleeping_since is not None:
+            yield (host, unit.unit), _seconds(current.modes.sleeping_since)
+
+
+def _unit_sleep_freed(snapshot: Snapshot) -> Iterator[Sample]:
+    for host, unit, current in _sleeping(snapshot):
+        if current.modes.sleep_freed_bytes is not None:
+            yield (host, unit.unit), float(current.modes.sleep_freed_bytes)
+
+
+def _unit_sleep_kept(snapshot: Snapshot) -> Iterator[Sample]:
+    for host, unit, current in _sleeping(snapshot):
+        if current.modes.sleep_kept_bytes is not None:
+            yield (host, unit.unit), float(current.modes.sleep_kept_bytes)
+
+
+def _unit_fall_asleep_seconds(snapshot: Snapshot) -> Iterator[Sample]:
+    for host, unit, current in _currents(snapshot):
+        if current.modes.fall_asleep_seconds is not None:
+            yield (host, unit.unit), current.modes.fall_asleep_seconds
+
+
+def _unit_wake_up_seconds(snapshot: Snapshot) -> Iterator[Sample]:
+    for host, unit, current in _currents(snapshot):
+        if current.modes.wake_up_seconds is not None:
+            yield (host, unit.unit), current.modes.wake_up_seconds
+
+
+def _unit_watchdog_dump_info(snapshot: Snapshot) -> Iterator[Sample]:
+    for host, unit, current in _currents(snapshot):
+        modes = current.modes
+        if modes.watchdog_dump_path is not None:
+            labels = (
+                host,
+                unit.unit,
+                bound_label(modes.watchdog_dump_path),
+                bound_label(modes.watchdog_reason),
+            )
+            yield labels, 1.0
+
+
+def _unit_stalled_by_watchdog(snapshot: Snapshot) -> Iterator[Sample]:
+    for host, unit in _units(snapshot):
+        watchdog = unit.stalled and unit.stall_reason == "vllm_watchdog"
+        yield (host, unit.unit), 1.0 if watchdog else 0.0
+
+
+def _unit_will_time_out(snapshot: Snapshot) -> Iterator[Sample]:
+    for host, unit in _units(snapshot):
+        yield (host, unit.unit), 1.0 if unit.will_time_out else 0.0
+
+
+def _unit_ready_timeout(snapshot: Snapshot) -> Iterator[Sample]:
+    for host, unit in _units(snapshot):
+        if unit.ready_timeout_remaining_seconds is not None and unit.ready_timeout_seconds:
+            yield (host, unit.unit), unit.ready_timeout_seconds
+
+
+def _unit_ready_timeout_remaining(snapshot: Snapshot) -> Iterator[Sample]:
+    for host, unit in _units(snapshot):
+        if unit.ready_timeout_remaining_seconds is not None:
+            yield (host, unit.unit), unit.ready_timeout_remaining_seconds
+
+
+# --- end of vLLM 0.33's modes ----------------------------------------------------------------
+
+
 _G = MetricType.GAUGE
 _C = MetricType.COUNTER
 _HU = ("host", "unit")
@@ -630,6 +727,101 @@ METRICS: tuple[MetricDefinition, ...] = (
         (*_HU, "basis"),
         _unit_expected_ready,
     ),
+    # --- vLLM 0.33's modes (vllm2026): sleep, weight cache, startup plans, watchdog, timeout ---
+    MetricDefinition(
+        "vllm_sentinel_unit_role",
+        _G,
+        "1 for what the unit's current incarnation runs: serve (a vLLM server) or weight_cache "
+        "(a `vllm preload` weight-cache daemon holding weights for serve units), 0 otherwise.",
+        (*_HU, "role"),
+        _unit_role,
+    ),
+    MetricDefinition(
+        "vllm_sentinel_unit_startup_kind",
+        _G,
+        "1 for how the current incarnation loads: full (from disk), weight_cache (mapped from a "
+        "weight-cache daemon) or startup_plan (a saved startup plan skipped memory profiling); "
+        "each kind has its own startup history.",
+        (*_HU, "kind"),
+        _unit_startup_kind,
+    ),
+    MetricDefinition(
+        "vllm_sentinel_unit_sleeping_since_timestamp_seconds",
+        _G,
+        "When the sleeping unit fell asleep (vLLM sleep mode; absent while awake).",
+        _HU,
+        _unit_sleeping_since,
+    ),
+    MetricDefinition(
+        "vllm_sentinel_unit_sleep_freed_bytes",
+        _G,
+        "GPU memory the sleeping unit's sleep freed, summed over its workers (absent while awake).",
+        _HU,
+        _unit_sleep_freed,
+    ),
+    MetricDefinition(
+        "vllm_sentinel_unit_sleep_kept_bytes",
+        _G,
+        "GPU memory still in use while the unit sleeps, summed over its workers (absent while "
+        "awake).",
+        _HU,
+        _unit_sleep_kept,
+    ),
+    MetricDefinition(
+        "vllm_sentinel_unit_fall_asleep_seconds",
+        _G,
+        "Seconds the current incarnation's last sleep took (vLLM's own figure).",
+        _HU,
+        _unit_fall_asleep_seconds,
+    ),
+    MetricDefinition(
+        "vllm_sentinel_unit_wake_up_seconds",
+        _G,
+        "Seconds the current incarnation's last wake-up took (vLLM's own figure).",
+        _HU,
+        _unit_wake_up_seconds,
+    ),
+    MetricDefinition(
+        "vllm_sentinel_unit_watchdog_dump_info",
+        _G,
+        "Always 1 once vLLM's watchdog dumped the current incarnation's stack: where (path) "
+        "and why (reason).",
+        (*_HU, "path", "reason"),
+        _unit_watchdog_dump_info,
+    ),
+    MetricDefinition(
+        "vllm_sentinel_unit_stalled_by_watchdog",
+        _G,
+        "1 while the unit is stalled because vLLM's own watchdog dumped its stack and nothing "
+        "moved since (stall reason vllm_watchdog), else 0.",
+        _HU,
+        _unit_stalled_by_watchdog,
+    ),
+    MetricDefinition(
+        "vllm_sentinel_unit_startup_will_time_out",
+        _G,
+        "1 while the starting unit's ETA lies past vLLM's engine ready timeout "
+        "(VLLM_ENGINE_READY_TIMEOUT_S): vLLM will give up before it is ready, else 0.",
+        _HU,
+        _unit_will_time_out,
+    ),
+    MetricDefinition(
+        "vllm_sentinel_unit_ready_timeout_seconds",
+        _G,
+        "The engine ready timeout that applies to the starting unit: VLLM_ENGINE_READY_TIMEOUT_S "
+        "as its lines show it, else vLLM's default 600 (absent when not starting).",
+        _HU,
+        _unit_ready_timeout,
+    ),
+    MetricDefinition(
+        "vllm_sentinel_unit_ready_timeout_remaining_seconds",
+        _G,
+        "Seconds left before the starting unit's engine ready timeout runs out, counted from "
+        "its start (absent when not starting).",
+        _HU,
+        _unit_ready_timeout_remaining,
+    ),
+    # --- end of vLLM 0.33's modes ---------------------------------------------------------------
     MetricDefinition(
         "vllm_sentinel_unit_state_known",
         _G,

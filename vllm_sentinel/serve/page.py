@@ -31,6 +31,7 @@ from typing import Any
 
 from vllm_sentinel.engine.catalog.phases import Phase
 from vllm_sentinel.engine.hints import RUNBOOK_URL
+from vllm_sentinel.engine.modes_report import mode_facts
 from vllm_sentinel.engine.report import (
     eta_text,
     format_duration,
@@ -82,6 +83,11 @@ UNIT_FLAGS: tuple[tuple[str, str, str], ...] = (
     ("stalled", "stalled", "no progress for longer than the phase's stall threshold"),
     ("slow", "slow", "slower than this unit's usual start"),
     ("unhealthy", "unhealthy", "its /health probe fails"),
+    (
+        "will_time_out",
+        "will time out",
+        "its ETA lies past vLLM's engine ready timeout (VLLM_ENGINE_READY_TIMEOUT_S)",
+    ),
 )
 """(JSON key, label, explanation) of boolean flags shown next to the phase when true."""
 
@@ -270,6 +276,8 @@ def _progress_cell(unit: _Unit, current: Mapping[str, Any], phase: str) -> str:
             text = render(lambda key: _fact(unit, key))
             if text is not None:
                 parts.append(f'<span class="fact fact-{name}">{_e(text)}</span>')
+    for text in mode_facts(unit):  # vLLM 0.33's modes (modes_report, vllm2026)
+        parts.append(f'<span class="fact fact-mode">{_e(text)}</span>')
     return f'<td data-label="Progress">{" ".join(parts) or "–"}</td>'
 
 

@@ -5,7 +5,8 @@ Each unit is one JSON object in the shape vLLM's users ask for (vllm-project/vll
 ``/startupz``, PR #45551 ``/readiness/stages``)::
 
     {"host": "llm-two", "unit": "vllm-kimi-k25.service",
-     "state": "starting",             # starting | ready | unhealthy | crashed | stopped
+     "state": "starting",             # starting | ready | sleeping | unhealthy | crashed
+                                      #   | stopped
      "phase": "loading_weights",      # the phase as the logs (or a /health probe) say
      "detail": "weights 41/64 shards",
      "elapsed_seconds": 312.4,        # since the current incarnation started
@@ -26,11 +27,22 @@ Each unit is one JSON object in the shape vLLM's users ask for (vllm-project/vll
                     "hint": {"text", "runbook", "rule"}} | null,   # report.crash_to_json
      "health": {"url", "up", "status", "error", "last_probe_at", "last_success_at",
                 "failing_since", "failures", "unhealthy", "duration_seconds",
-                "served_models"} | null}                          # report.health_to_json
+                "served_models"} | null,                          # report.health_to_json
+     # vLLM 0.33's modes (modes_report, runtime_modes):
+     "role": "serve",                 # "serve" | "weight_cache" (a `vllm preload` daemon)
+     "startup_kind": "full",          # "full" | "weight_cache" | "startup_plan"
+     "sleeping_since": null,          # when it fell asleep (state "sleeping")
+     "sleep_freed_bytes": null, "sleep_kept_bytes": null,
+     "stall_reason": null,            # "no_progress" | "vllm_watchdog" while stalled
+     "watchdog_dump_path": null,      # where vLLM's watchdog dumped the stack
+     "will_time_out": false,          # the ETA lies past VLLM_ENGINE_READY_TIMEOUT_S
+     "ready_timeout_seconds": 600.0, "ready_timeout_remaining_seconds": 288.0}
 
 ``HTTP_STATUS`` maps the state to the answer's status code, so that ``curl -f`` and a load
 balancer's health check read the state without parsing JSON: ``ready`` 200, ``starting`` 503,
-``unhealthy`` 503 (up per its logs, but ``/health`` fails), ``stopped`` 503 (stopped or
+``unhealthy`` 503 (up per its logs, but ``/health`` fails), ``sleeping`` 503 (vLLM's sleep
+mode: its weights and KV cache released until ``POST /wake_up``; never unhealthy, stalled or
+slow), ``stopped`` 503 (stopped or
 stopping on purpose), ``crashed`` 500 (it will not come up without a restart; systemd may be
 restarting it, and the next incarnation shows ``starting``). An unknown unit is 404 (``http.py``).
 While the host's journal collector is down (``state_known: false``) the last known state is
@@ -46,7 +58,7 @@ from types import MappingProxyType
 from typing import Any
 
 from vllm_sentinel.engine.catalog.phases import Outcome, Phase
-from vllm_sentinel.engine.hints import hint_context
+from vllm_sentinel.engine.hints import hint_context, without_weight_caches
 from vllm_sentinel.engine.report import (
     crash_to_json,
     eta_is_lower_bound,
@@ -82,6 +94,7 @@ class UnitState(StrEnum):
     UNHEALTHY = "unhealthy"
     CRASHED = "crashed"
     STOPPED = "stopped"
+    SLEEPING = "sleeping"  # vLLM sleep mode: ready, not serving until woken (vllm2026)
 
 
 HTTP_STATUS: Mapping[UnitState, int] = MappingProxyType(
@@ -91,6 +104,7 @@ HTTP_STATUS: Mapping[UnitState, int] = MappingProxyType(
         UnitState.UNHEALTHY: 503,
         UnitState.STOPPED: 503,
         UnitState.CRASHED: 500,
+        UnitState.SLEEPING: 503,
     }
 )
 """The HTTP status of ``GET /units/{host}/{unit}`` for each state."""
@@ -108,6 +122,7 @@ _PHASE_DETAIL: Mapping[Phase, str] = MappingProxyType(
         Phase.STOPPING: "stopping",
         Phase.STOPPED: "stopped",
         Phase.CRASHED: "crashed",
+        Phase.SLEEPING: "sleeping",
     }
 )
 
@@ -121,6 +136,8 @@ def unit_state(unit: UnitSnapshot) -> UnitState:
         return UnitState.CRASHED
     if current.outcome is Outcome.STOPPED or current.phase in (Phase.STOPPING, Phase.STOPPED):
         return UnitState.STOPPED
+    if current.phase is Phase.SLEEPING:
+        return UnitState.SLEEPING
     if current.phase is Phase.READY:
         health = unit.health
         return UnitState.UNHEALTHY if health is not None and health.unhealthy else UnitState.READY
@@ -152,18 +169,41 @@ def _detail(unit: UnitSnapshot, state: UnitState, now: datetime) -> str:
             f"ready per its logs, but /health has failed for {format_duration(failing)} "
             f"({count}): {why}"
         )
+    if state is UnitState.SLEEPING:
+        modes = current.modes
+        since = f" since {iso_utc(modes.sleeping_since)}" if modes.sleeping_since else ""
+        memory = ""
+        if modes.sleep_freed_bytes is not None:
+            memory = (
+                f": freed {modes.sleep_freed_bytes / 2**30:.2f} GiB, "
+                f"{(modes.sleep_kept_bytes or 0) / 2**30:.2f} GiB still in use"
+            )
+        return f"sleeping{since} (vLLM sleep mode){memory}; POST /wake_up wakes it"
     if state is UnitState.READY and unit.ready_source == "health_probe":
         return "ready: /health answered 200 before the logs said so"
     text = _PHASE_DETAIL[current.phase]
     progress = current.progress
-    if current.phase is Phase.LOADING_WEIGHTS and progress.weights_shards_total:
+    if current.modes.role == "weight_cache":
+        text = "weight-cache daemon: serving weights" if current.phase is Phase.READY else text
+    if current.phase is Phase.LOADING_WEIGHTS and current.modes.startup_kind == "weight_cache":
+        text = "mapping weights from the weight-cache daemon"
+    elif current.phase is Phase.LOADING_WEIGHTS and progress.weights_shards_total:
         loaded = progress.weights_shards_loaded or 0
         text = f"weights {loaded}/{progress.weights_shards_total} shards"
-    if unit.stalled:
+    if unit.stalled and unit.stall_reason == "vllm_watchdog":
+        text += (
+            f"; vLLM's watchdog dumped the stack to {current.modes.watchdog_dump_path} (stalled)"
+        )
+    elif unit.stalled:
         idle = _seconds(unit.last_progress_at, now)
         text += f"; no progress for {format_duration(idle)} (stalled)"
     elif unit.slow and unit.usual_phase_seconds is not None:
         text += f"; slower than usual ({format_duration(unit.usual_phase_seconds)})"
+    if unit.will_time_out:
+        text += (
+            f"; will time out: ready later than VLLM_ENGINE_READY_TIMEOUT_S="
+            f"{unit.ready_timeout_seconds:.0f}s allows"
+        )
     return text
 
 
@@ -233,6 +273,29 @@ def unit_document(
             settled=unit.last_crash is None or is_settled(unit, unit.last_crash),
         ),
         "health": health_to_json(unit.health),
+        **_modes(unit, current, starting),  # vLLM 0.33's modes (vllm2026)
+    }
+
+
+def _modes(
+    unit: UnitSnapshot, current: IncarnationSnapshot | None, starting: bool
+) -> dict[str, Any]:
+    """The document's keys of vLLM's newer modes (the module docstring)."""
+    modes = current.modes if current is not None else None
+    sleeping = current is not None and current.phase is Phase.SLEEPING
+    return {
+        "role": modes.role if modes else None,
+        "startup_kind": modes.startup_kind if modes else None,
+        "sleeping_since": iso_utc(modes.sleeping_since) if modes and sleeping else None,
+        "sleep_freed_bytes": modes.sleep_freed_bytes if modes and sleeping else None,
+        "sleep_kept_bytes": modes.sleep_kept_bytes if modes and sleeping else None,
+        "stall_reason": unit.stall_reason if unit.stalled else None,
+        "watchdog_dump_path": modes.watchdog_dump_path if modes else None,
+        "will_time_out": unit.will_time_out if starting else False,
+        "ready_timeout_seconds": unit.ready_timeout_seconds if starting else None,
+        "ready_timeout_remaining_seconds": (
+            unit.ready_timeout_remaining_seconds if starting else None
+        ),
     }
 
 
@@ -250,7 +313,7 @@ def units_document(snapshot: Snapshot) -> dict[str, Any]:
                 unit,
                 snapshot.at,
                 state_known=_is_known(host),
-                gpu_processes=host.gpu_processes,
+                gpu_processes=without_weight_caches(host.gpu_processes, host.units),
                 gpus=host.gpus,
             )
             for host in snapshot.hosts
@@ -270,7 +333,7 @@ def find_unit(snapshot: Snapshot, host: str, unit: str) -> dict[str, Any] | None
                     item,
                     snapshot.at,
                     state_known=_is_known(entry),
-                    gpu_processes=entry.gpu_processes,
+                    gpu_processes=without_weight_caches(entry.gpu_processes, entry.units),
                     gpus=entry.gpus,
                 )
     return None

@@ -14,9 +14,7 @@ import html
 import importlib.resources
 from pathlib import Path
 
-import markdown
-
-__all__ = ["RunbookMissingError", "read_runbook", "render_runbook"]
+__all__ = ["RunbookMissingError", "installed_runbook", "read_runbook", "render_runbook"]
 
 _PACKAGED = "runbook.md"
 _CHECKOUT = Path(__file__).resolve().parents[2] / "docs" / "runbook.md"
@@ -47,8 +45,20 @@ def read_runbook() -> str:
     raise RunbookMissingError(f"no {_PACKAGED} in the package and no {_CHECKOUT}")
 
 
+def installed_runbook() -> str | None:
+    """The path of the runbook's Markdown a user can open on this machine: the copy the package
+    installed, else a checkout's ``docs/runbook.md``; ``None`` when neither is a file there (a
+    package built without ``setup.py``, or one imported from a zip)."""
+    packaged = importlib.resources.files("vllm_sentinel.serve").joinpath(_PACKAGED)
+    if isinstance(packaged, Path) and packaged.is_file():
+        return str(packaged)
+    return str(_CHECKOUT) if _CHECKOUT.is_file() else None
+
+
 def render_runbook(text: str) -> bytes:
     """Render runbook Markdown as a complete UTF-8 HTML page whose headings carry anchors."""
+    import markdown  # only the daemon renders it: replay and watch only name the file
+
     body = markdown.markdown(text, extensions=["toc", "tables", "fenced_code"])
     title = next((line[2:].strip() for line in text.splitlines() if line.startswith("# ")), "")
     page = (

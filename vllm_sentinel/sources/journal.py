@@ -58,12 +58,15 @@ from tenacity import BaseRetrying, RetryCallState
 
 from vllm_sentinel.engine.decode.journal_json import JOURNAL_FIELDS, JournalJsonDecoder
 from vllm_sentinel.engine.decode.record import Record
+from vllm_sentinel.engine.decode.unit_name import is_unit_name
 from vllm_sentinel.engine.snapshot import CollectorState
 from vllm_sentinel.errors import TransportError
 from vllm_sentinel.sources.gpu import BackoffWait
 from vllm_sentinel.sources.transport import Transport
 
 __all__ = [
+    "MAX_UNIT_FILTERS",
+    "NO_JOURNAL_FILES",
     "STARTED_MESSAGE_ID",
     "FollowerSettings",
     "HistoryBoundary",
@@ -71,9 +74,20 @@ __all__ = [
     "JournalFollower",
     "build_journalctl_argv",
     "cursor_time",
+    "unit_filter",
 ]
 
-STARTED_MESSAGE_ID = "39f53479d3a045ac8e117862248231bf"
+NO_JOURNAL_FILES = "no_journal_files"
+"""The journal collector's reason when journalctl finds no entry at all (``-- No entries --``,
+``No journal files were found.``): nothing to follow, whatever the unit names."""
+
+_NO_JOURNAL_FILES_DETAIL = (
+    "journalctl finds no journal entries: no journal files where it looks (journald's "
+    "Storage= volatile or none, a wrong --directory), or this user may not read them (the "
+    "systemd-journal group)"
+)
+
+STARTED_MESSAGE_ID = "39f53479d3a045ac8e11786248231fbf"
 """systemd's catalog id of "Started <unit>" (src/core/job.c, ``SD_MESSAGE_UNIT_STARTED``)."""
 
 _CURSOR_TIME = re.compile(r"(?:^|;)t=([0-9a-f]{1,16})(?:;|$)")
@@ -111,6 +125,8 @@ class FollowerSettings:
     reconnect_max_seconds: float = 60.0
     query_timeout_seconds: float = 30.0
     unit_discovery_interval_seconds: float = 30.0
+    max_units: int = 1024
+    forget_unit_after_seconds: float = 0.0  # a quiet unit started longer ago is not read (0: all)
 
 
 _FILE_OPTIONS = ("--directory", "-D", "--file", "--root", "--image")
@@ -174,6 +190,19 @@ def build_journalctl_argv(
         argv.append("--output-fields=" + ",".join(fields))
     argv.extend(matches)
     return argv
+
+
+MAX_UNIT_FILTERS = 32
+"""Above this many units a backfill reads its window without unit matches and the Monitor's
+``TrackerSet`` keeps the units' records (docs/reliability.md, "Many units"): journalctl (252)
+turns each ``--unit=`` into four match terms and slows down with their number (1,000 units:
+105 s with ``--unit`` each, 23 s with one match per unit and field, 2.0 s unfiltered for a
+window of 43,000 entries); up to 100 units the filters cost under 0.4 s."""
+
+
+def unit_filter(units: tuple[str, ...]) -> tuple[str, ...]:
+    """The ``--unit`` names a backfill passes: ``units``, or none above ``MAX_UNIT_FILTERS``."""
+    return units if len(units) <= MAX_UNIT_FILTERS else ()
 
 
 def cursor_time(cursor: str) -> datetime | None:
@@ -291,6 +320,7 @@ class JournalFollower:
         self._units: tuple[str, ...] = () if self._globs else settings.units
         self._new_units: tuple[str, ...] = ()  # appeared after the backfill: backfill them too
         self._told_no_units = False
+        self._told_too_many_units = False
         self.records_total = 0
 
     @property
@@ -345,8 +375,8 @@ class JournalFollower:
                     await self._backfill(emit)
                     backfilled = True
                 elif self._new_units:
-                    await self._backfill(emit, units=self._new_units)
-                    self._new_units = ()
+                    new_units, self._new_units = self._new_units, ()
+                    await self._backfill_new_units(emit, new_units)
                 changed = await self._follow_until_units_change(emit)
                 if changed:
                     continue
@@ -369,34 +399,76 @@ class JournalFollower:
         """Unit names in the journal that match the configured names or globs.
 
         journalctl expands ``--unit`` globs once, when it starts, and fails ("No data
-        available") when a glob matches nothing yet; so globs are resolved here, from the
-        values of ``_SYSTEMD_UNIT`` and ``UNIT`` (systemd's messages about a unit), and
-        re-resolved every ``unit_discovery_interval_seconds``.
+        available") when a glob matches nothing yet; so globs are resolved here and
+        re-resolved every ``unit_discovery_interval_seconds``, from what only journald and
+        systemd can write (systemd.journal-fields(7)): the values of ``_SYSTEMD_UNIT`` (a
+        trusted field, set by journald from the writer's cgroup) and the ``UNIT=`` of PID 1's
+        own entries (systemd's messages about a unit) within the backfill window. Any process
+        can write ``UNIT=`` itself (``logger --journald``): those values are never read. Each
+        name must be an exact systemd unit name (``unit_name.is_unit_name``: no glob, no
+        template) before it becomes an argument.
         """
         settings = self._settings
-        names: set[str] = set()
-        for field in ("_SYSTEMD_UNIT", "UNIT"):
-            argv = build_journalctl_argv((), settings.journalctl_args, field=field)
-            output = await self._transport.run(argv, settings.query_timeout_seconds)
-            names.update(
-                line.decode("utf-8", errors="replace").strip() for line in output.splitlines()
-            )
-        return tuple(
-            sorted(
-                name
-                for name in names
-                if name and any(fnmatchcase(name, pattern) for pattern in settings.units)
-            )
+        argv = build_journalctl_argv((), settings.journalctl_args, field="_SYSTEMD_UNIT")
+        output = await self._transport.run(argv, settings.query_timeout_seconds)
+        names = {line.decode("utf-8", errors="replace").strip() for line in output.splitlines()}
+        since = self._clock().timestamp() - settings.backfill_max_age_seconds
+        argv = build_journalctl_argv(
+            (),
+            settings.journalctl_args,
+            since=since,
+            matches=("_PID=1", "_UID=0"),
+            output_fields=("UNIT",),
         )
+        output = await self._transport.run(argv, settings.query_timeout_seconds)
+        for line in output.splitlines():
+            try:
+                unit = orjson.loads(line).get("UNIT")
+            except (orjson.JSONDecodeError, AttributeError):
+                continue
+            if isinstance(unit, str):
+                names.add(unit)
+        matching = sorted(
+            name
+            for name in names
+            if is_unit_name(name) and any(fnmatchcase(name, pattern) for pattern in settings.units)
+        )
+        if len(matching) > settings.max_units:
+            if not self._told_too_many_units:
+                self._told_too_many_units = True
+                _log.warning(
+                    "journal_units_capped",
+                    host=self.host,
+                    matching=len(matching),
+                    followed=settings.max_units,
+                    detail="more units match the globs than max_units: the first by name are "
+                    "followed",
+                )
+            matching = matching[: settings.max_units]
+        return tuple(matching)
 
     async def _wait_for_units(self) -> None:
-        """No unit matches yet: the journal is readable, so the collector is up; look again."""
-        if not self._state.up or not self._told_no_units:
+        """No unit matches yet: up when the journal holds entries (look again later); down
+        with ``no_journal_files`` when journalctl finds none at all (no journal files where it
+        looks, or only empty ones), which no unit name can fix."""
+        if not await self._has_entries():
+            self._set_state(False, NO_JOURNAL_FILES, _NO_JOURNAL_FILES_DETAIL)
+            self._told_no_units = False
+        elif not self._state.up or not self._told_no_units:
             self._set_state(True, "")
             self._told_no_units = True
             _log.info("journal_no_matching_units", host=self.host, units=list(self._settings.units))
         await self._sleep(self._settings.unit_discovery_interval_seconds)
         self._units = await self._resolve_units()
+
+    async def _has_entries(self) -> bool:
+        """Whether journalctl (with the host's options) finds any entry at all."""
+        settings = self._settings
+        argv = build_journalctl_argv(
+            (), settings.journalctl_args, lines=1, output_fields=("__REALTIME_TIMESTAMP",)
+        )
+        output = await self._transport.run(argv, settings.query_timeout_seconds)
+        return bool(output.strip())
 
     async def _follow_until_units_change(self, emit: Emit) -> bool:
         """Follow; return True when the matching units changed (follow again with them)."""
@@ -422,6 +494,22 @@ class JournalFollower:
         self._units = units
         return True
 
+    async def _backfill_new_units(self, emit: Emit, units: tuple[str, ...]) -> None:
+        """Backfill units that appeared while following; a unit-filtered query journalctl
+        refuses costs that backfill only (they are followed anyway), never the host's follow."""
+        try:
+            await self._backfill(emit, units=units)
+        except TransportError as error:
+            if error.reason != "command_failed":
+                self._new_units = units  # the transport failed: try again after reconnecting
+                raise
+            _log.warning(
+                "journal_unit_backfill_failed",
+                host=self.host,
+                units=list(units)[:20],
+                detail=error.detail[:300],
+            )
+
     async def _watch_units(self) -> tuple[str, ...]:
         while True:
             await self._sleep(self._settings.unit_discovery_interval_seconds)
@@ -438,14 +526,16 @@ class JournalFollower:
         settings = self._settings
         now = self._clock().timestamp()
         start = now - settings.backfill_max_age_seconds
+        filtered = unit_filter(units)
         argv = build_journalctl_argv(
-            units,
+            filtered,
             settings.journalctl_args,
             since=start,
-            matches=(f"MESSAGE_ID={STARTED_MESSAGE_ID}",),
+            matches=(f"MESSAGE_ID={STARTED_MESSAGE_ID}", *(() if filtered else ("_PID=1",))),
             output_fields=("UNIT", "USER_UNIT"),
         )
         output = await self._transport.run(argv, settings.query_timeout_seconds)
+        wanted = set(units)
         starts: dict[str, list[float]] = {}
         for line in output.splitlines():
             try:
@@ -454,7 +544,7 @@ class JournalFollower:
                 when = int(entry["__REALTIME_TIMESTAMP"]) / 1e6
             except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
                 continue
-            if isinstance(unit, str):
+            if isinstance(unit, str) and unit in wanted:
                 starts.setdefault(unit, []).append(when)
         keep = settings.backfill_max_invocations
         if not starts or any(len(times) < keep for times in starts.values()):
@@ -485,7 +575,7 @@ class JournalFollower:
             self._backfilled_records = 0
             await self._pump(
                 build_journalctl_argv(
-                    units,
+                    unit_filter(units),
                     settings.journalctl_args,
                     since=start,
                     lines=settings.backfill_max_records,
@@ -528,7 +618,7 @@ class JournalFollower:
         )
         remaining = max(1, settings.backfill_max_records - self._backfilled_records)
         argv = build_journalctl_argv(
-            units,
+            unit_filter(units),
             settings.journalctl_args,
             since=None if use_cursor else start,
             cursor=stored if use_cursor else None,
@@ -555,7 +645,7 @@ class JournalFollower:
                 self._cursor_is_ours = False
                 await self._pump(
                     build_journalctl_argv(
-                        units,
+                        unit_filter(units),
                         settings.journalctl_args,
                         since=start,
                         lines=remaining,
@@ -577,6 +667,8 @@ class JournalFollower:
         await self._backfill_quiet_units(emit, units, start)
         count = self._backfilled_records
         _log.info("journal_backfill_finished", host=self.host, records=count)
+        if not count and not await self._has_entries():
+            self._set_state(False, NO_JOURNAL_FILES, _NO_JOURNAL_FILES_DETAIL)  # up at a line
         # Cut short, the backfill resumes in the follow stream: history may still come there
         # (until the first record after the boundary closes it)
         self._history_open = after_main and count >= settings.backfill_max_records
@@ -605,11 +697,41 @@ class JournalFollower:
                 matches=(f"MESSAGE_ID={STARTED_MESSAGE_ID}",),
                 output_fields=("UNIT", "USER_UNIT"),
             )
-            output = await self._transport.run(argv, settings.query_timeout_seconds)
+            try:
+                output = await self._transport.run(argv, settings.query_timeout_seconds)
+            except TransportError as error:
+                if error.reason != "command_failed":
+                    raise
+                # one unit's query refused must not cost the host its backfill
+                _log.warning(
+                    "journal_unit_backfill_failed",
+                    host=self.host,
+                    units=[unit],
+                    detail=error.detail[:300],
+                )
+                continue
             try:
                 latest = int(orjson.loads(output.split(b"\n", 1)[0])["__REALTIME_TIMESTAMP"]) / 1e6
             except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
                 continue  # never started within the journal's reach
+            forget = settings.forget_unit_after_seconds
+            if forget > 0 and latest < self._clock().timestamp() - forget:
+                last = await self._transport.run(
+                    build_journalctl_argv(
+                        (unit,),
+                        settings.journalctl_args,
+                        until=window_start,
+                        lines=1,
+                        output_fields=("UNIT",),
+                    ),
+                    settings.query_timeout_seconds,
+                )
+                try:
+                    written = int(orjson.loads(last.split(b"\n", 1)[0])["__REALTIME_TIMESTAMP"])
+                except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+                    written = 0
+                if written / 1e6 < self._clock().timestamp() - forget:
+                    continue  # silent for longer than a unit is remembered: not read again
             remaining = settings.backfill_max_records - self._backfilled_records
             if remaining <= 0:
                 return

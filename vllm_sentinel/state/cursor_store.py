@@ -31,6 +31,7 @@ recovery is logged once (``cursor_saved``).
 
 from __future__ import annotations
 
+import fcntl
 import os
 import tempfile
 import threading
@@ -54,14 +55,30 @@ from vllm_sentinel.state.serial_flush import SerialFlush
 
 __all__ = [
     "FAILURE_LOG_INTERVAL_SECONDS",
+    "LOCK_FILE",
     "CursorStore",
     "HostState",
     "decode_host",
     "encode_host",
+    "lock_name",
 ]
+
 
 FAILURE_LOG_INTERVAL_SECONDS = 60.0
 """``cursor_save_failed`` is logged at most this often while writes keep failing."""
+
+LOCK_FILE = "lock"
+"""The file in the state directory a running daemon holds an exclusive ``flock`` on."""
+
+
+def lock_name(shard: str) -> str:
+    """The lock file of an instance: ``lock``, or ``lock.shard-I-of-N`` for shard ``I/N``
+    (shards watch disjoint hosts, so they may share a state directory)."""
+    if shard == "1/1":
+        return LOCK_FILE
+    index, _, count = shard.partition("/")
+    return f"{LOCK_FILE}.shard-{index}-of-{count}"
+
 
 _STATE = "state="
 _LEGACY_UNSETTLED = "unsettled_since="
@@ -182,6 +199,7 @@ class CursorStore:
         self.saved_at: datetime | None = None  # the last successful write (wall clock)
         self._failing = False
         self._throttle = Throttle(FAILURE_LOG_INTERVAL_SECONDS, clock)
+        self._lock_descriptor: int | None = None
 
     # --- paths ---------------------------------------------------------------------------
 
@@ -195,6 +213,46 @@ class CursorStore:
             return None
         legacy = self.directory / f"{host}{_SUFFIX}"
         return legacy if legacy != self.path(host) else None
+
+    def lock(self, name: str = LOCK_FILE) -> None:
+        """Take the state directory for this process: an exclusive ``flock`` on its lock
+        file ``name`` (holding this PID), kept until ``unlock`` or the process ends (the kernel
+        drops it, even after SIGKILL). Two daemons watching the same hosts from one directory
+        would overwrite each other's cursors and counters; shards of one fleet (disjoint hosts)
+        each lock their own file (``lock_name``).
+
+        Raises:
+            StateDirectoryError: another process holds it (the message names its PID), or the
+                lock file cannot be opened.
+        """
+        path = self.directory / name
+        try:
+            # 0600: a user who can open the file (even read-only) could flock it, keeping the
+            # daemon from starting
+            descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError as error:
+            raise StateDirectoryError(
+                f"cannot open {path}: {(error.strerror or str(error)).lower()}"
+            ) from error
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as error:
+            holder = os.pread(descriptor, 32, 0).decode("ascii", "replace").strip()
+            os.close(descriptor)
+            raise StateDirectoryError(
+                f"the state directory {self.directory} is in use by another vllm-sentinel "
+                f"(pid {holder or 'unknown'}): two daemons would overwrite each other's "
+                "cursors; stop it, or give this one another defaults.state_directory"
+            ) from error
+        os.ftruncate(descriptor, 0)
+        os.pwrite(descriptor, f"{os.getpid()}\n".encode(), 0)
+        self._lock_descriptor = descriptor
+
+    def unlock(self) -> None:
+        """Release the state directory (``lock``); nothing when it is not held."""
+        descriptor, self._lock_descriptor = self._lock_descriptor, None
+        if descriptor is not None:
+            os.close(descriptor)
 
     def check_writable(self) -> None:
         """Create the directory if needed and prove a file can be written and synced there;
@@ -221,10 +279,7 @@ class CursorStore:
                 os.unlink(name)
         except OSError as error:
             reason = (error.strerror or str(error)).lower()
-            raise StateDirectoryError(
-                f"state directory {self.directory}: cannot write there: {reason} (set "
-                "defaults.state_directory to a writable directory)"
-            ) from None
+            raise StateDirectoryError.unwritable(self.directory, reason) from None
 
     # --- loading -------------------------------------------------------------------------
 

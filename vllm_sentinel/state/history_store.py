@@ -23,7 +23,8 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import MappingProxyType
 from typing import Annotated, Literal
@@ -36,10 +37,20 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationErro
 from vllm_sentinel.engine.catalog.phases import Phase
 from vllm_sentinel.engine.eta import HISTORY_SIZE, remember
 from vllm_sentinel.engine.snapshot import StartupRecord
+from vllm_sentinel.log import Throttle
 from vllm_sentinel.state.atomic_file import write_atomically
 from vllm_sentinel.state.serial_flush import SerialFlush
 
-__all__ = ["HISTORY_SKIP_REASON", "HistoryStore", "decode_name", "encode_name"]
+__all__ = [
+    "FAILURE_LOG_INTERVAL_SECONDS",
+    "HISTORY_SKIP_REASON",
+    "HistoryStore",
+    "decode_name",
+    "encode_name",
+]
+
+FAILURE_LOG_INTERVAL_SECONDS = 60.0
+"""``history_save_failed`` is logged at most this often while writes keep failing."""
 
 HISTORY_SKIP_REASON = "history_file_corrupt"
 """The ``records_skipped_total`` reason of a history file that could not be read."""
@@ -74,6 +85,8 @@ class _StartModel(BaseModel):
     model: str | None = Field(default=None, max_length=256)
     vllm_version: str | None = Field(default=None, max_length=64)
     tensor_parallel_size: int | None = Field(default=None, ge=1)
+    # how it loaded (RuntimeModes.startup_kind, vllm2026); absent in older files: a full load
+    startup_kind: Literal["full", "weight_cache", "startup_plan"] = "full"
 
 
 class _FileModel(BaseModel):
@@ -111,7 +124,23 @@ def _record(item: _StartModel) -> StartupRecord:
         model=item.model,
         vllm_version=item.vllm_version,
         tensor_parallel_size=item.tensor_parallel_size,
+        startup_kind=item.startup_kind,
     )
+
+
+def _start(record: StartupRecord) -> dict[str, object]:
+    start: dict[str, object] = {
+        "started_at": record.started_at,
+        "ready_at": record.ready_at,
+        "phase_seconds": {phase.value: seconds for phase, seconds in record.phase_seconds.items()},
+        "invocation_id": record.invocation_id,
+        "model": record.model,
+        "vllm_version": record.vllm_version,
+        "tensor_parallel_size": record.tensor_parallel_size,
+    }
+    if record.startup_kind != "full":
+        start["startup_kind"] = record.startup_kind  # older readers ignore it
+    return start
 
 
 def _document(host: str, unit: str, records: tuple[StartupRecord, ...]) -> bytes:
@@ -120,20 +149,7 @@ def _document(host: str, unit: str, records: tuple[StartupRecord, ...]) -> bytes
             "format": _FORMAT,
             "host": host,
             "unit": unit,
-            "starts": [
-                {
-                    "started_at": record.started_at,
-                    "ready_at": record.ready_at,
-                    "phase_seconds": {
-                        phase.value: seconds for phase, seconds in record.phase_seconds.items()
-                    },
-                    "invocation_id": record.invocation_id,
-                    "model": record.model,
-                    "vllm_version": record.vllm_version,
-                    "tensor_parallel_size": record.tensor_parallel_size,
-                }
-                for record in records
-            ],
+            "starts": [_start(record) for record in records],
         },
         option=orjson.OPT_INDENT_2 | orjson.OPT_UTC_Z,
     )
@@ -152,9 +168,16 @@ class HistoryStore:
     """
 
     def __init__(
-        self, directory: str | os.PathLike[str] | None, *, max_starts: int = HISTORY_SIZE
+        self,
+        directory: str | os.PathLike[str] | None,
+        *,
+        max_starts: int = HISTORY_SIZE,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.directory = Path(directory) if directory is not None else None
+        self.failures_total = 0
+        # like cursor_save_failed: a full or read-only disk fails every flush of every unit
+        self._throttle = Throttle(FAILURE_LOG_INTERVAL_SECONDS, clock)
         self._max = max_starts
         self._records: dict[_Key, tuple[StartupRecord, ...]] = {}
         self._skipped: dict[str, dict[str, int]] = {}
@@ -259,13 +282,20 @@ class HistoryStore:
                 except (OSError, ValueError) as error:
                     with self._state_lock:
                         self._dirty.add((host, unit))
-                    _log.error(
-                        "history_save_failed",
-                        directory=str(self.directory),
-                        host=host,
-                        unit=unit,
-                        error=str(error),
-                    )
+                    self.failures_total += 1
+                    count = self._throttle.admit()
+                    if count is not None:
+                        _log.error(
+                            "history_save_failed",
+                            directory=str(self.directory),
+                            host=host,
+                            unit=unit,
+                            error=str(error),
+                            failures=count,
+                            failures_total=self.failures_total,
+                            detail="kept for the next flush; logged at most every "
+                            f"{FAILURE_LOG_INTERVAL_SECONDS:g} s",
+                        )
                     continue
                 written += 1
             return written

@@ -8,6 +8,13 @@ real failure (``zmq.error.ZMQError``) and bare signals rank below any real excep
 equals the earliest wins (log time, then arrival). Request-level errors (a 400 for a too-long
 prompt) and benign lines are never evidence.
 
+The cause of one exception is, in this order: the **failure catalog**'s row for its message
+(``failures``: every template vLLM 0.6–0.33 and its libraries raise, with the cause reviewed per
+row, chosen by the raising frame where one text is raised in several places; a template that
+ends with another message, ``CUDA driver error: {}``, takes that message's cause when it names
+one), else the words (``CAUSE_RULES``), else where it was raised (``FRAME_RULES``), else
+``unknown``.
+
 All tables here are data: ``CAUSE_RULES`` (the words), ``FRAME_RULES`` (where it was raised),
 ``WRAPPER_PATTERNS``, ``NOISE_PATTERNS``, ``STOP_REQUEST_PATTERNS``,
 ``REQUEST_ERROR_PATTERNS``, ``DEFAULT_BENIGN_PATTERNS``.
@@ -22,6 +29,8 @@ from datetime import datetime
 from enum import IntEnum, StrEnum
 from typing import Final
 
+from vllm_sentinel.engine.catalog.failures import CATALOG, FailureCatalog, site_of
+
 __all__ = [
     "CAUSE_RULES",
     "DEFAULT_BENIGN_PATTERNS",
@@ -35,6 +44,8 @@ __all__ = [
     "CrashCause",
     "Evidence",
     "EvidenceKind",
+    "bare_raise_cause",
+    "catalog_cause",
     "choose_root_cause",
     "classify_exception",
     "is_engine_dead",
@@ -96,6 +107,9 @@ class Evidence:
         message: the exception message or the log line, bounded.
         at: log time (UTC) of the line, if known.
         seq: arrival order within the tracker, to break ties.
+        pid: the process whose line it is (``None``: unknown, or not a process's line).
+        survivable: a process's own line (an exception, an ERROR line): when that process
+            makes progress after it, it did not end the process (``CrashBook.survived``).
     """
 
     cause: CrashCause
@@ -104,6 +118,8 @@ class Evidence:
     message: str
     at: datetime | None
     seq: int
+    pid: int | None = None
+    survivable: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -328,6 +344,86 @@ _STOP_REQUEST: Final = re.compile("|".join(f"(?:{p})" for p in STOP_REQUEST_PATT
 _WRAPPER: Final = re.compile("|".join(f"(?:{p})" for p in WRAPPER_PATTERNS))
 _NOISE: Final = re.compile("|".join(f"(?:{p})" for p in NOISE_PATTERNS))
 _REQUEST: Final = re.compile("|".join(f"(?:{p})" for p in REQUEST_ERROR_PATTERNS))
+# an exception's message that begins with another exception's class ("OutOfMemoryError: HIP
+# out of memory…" inside torch._inductor's InductorError)
+_NESTED: Final = re.compile(r"((?:\w+\.){0,6}\w*(?:Error|Exception))(?:\(\w*\))?: (.+)", re.S)
+_MAX_DEPTH: Final = 2
+_LOCATION_DEFAULT: Final = "location:"  # a row's ``why`` when its cause is where it is raised
+
+
+def catalog_cause(
+    exception: str,
+    message: str,
+    frame: str | None = None,
+    catalog: FailureCatalog = CATALOG,
+) -> tuple[CrashCause, bool]:
+    """The cause the failure catalog gives an exception, and whether it is only a default.
+
+    Args:
+        exception: the class as printed (``""`` for a log line).
+        message: the message (or the line).
+        frame: the innermost traceback frame, if known: it picks the row raised there, and
+            names the cause of a message too cut to match when every row raised there means
+            one cause.
+        catalog: the compiled catalog (``failures.CATALOG``).
+
+    Returns:
+        ``(cause, is_default)``: ``UNKNOWN`` when the catalog names none; ``is_default`` when
+        the cause comes only from where the message is raised (a row's location default, or
+        the raising frame), so that the message's own words, when they name a cause, win.
+    """
+    return _catalog_cause(exception, message, frame, catalog, 0)
+
+
+def _catalog_cause(
+    exception: str, message: str, frame: str | None, catalog: FailureCatalog, depth: int
+) -> tuple[CrashCause, bool]:
+    site = site_of(frame) if frame else None
+    found = catalog.match(message, exception, site)
+    if found is not None:
+        if found.tail and depth < _MAX_DEPTH:
+            inner = _text_cause("", found.tail, catalog, depth + 1)
+            if inner is not CrashCause.UNKNOWN:
+                return inner, False  # "CUDA driver error: out of memory": the inner message
+        return CrashCause(found.row.cause), found.row.why.startswith(_LOCATION_DEFAULT)
+    nested = _NESTED.match(message)
+    if nested is not None and depth < _MAX_DEPTH:
+        inner = _text_cause(nested.group(1), nested.group(2), catalog, depth + 1)
+        if inner is not CrashCause.UNKNOWN:
+            return inner, False
+    if exception:
+        by_class = catalog.class_cause(exception)
+        if by_class is not None:
+            return CrashCause(by_class), False
+    if site is not None and exception:
+        at_site = catalog.cause_at(site, exception)
+        if at_site is not None:
+            return CrashCause(at_site), True
+    return CrashCause.UNKNOWN, False
+
+
+def bare_raise_cause(line: str, catalog: FailureCatalog = CATALOG) -> CrashCause | None:
+    """The cause a bare line names when only a ``raise`` in vLLM prints its text, else ``None``.
+
+    ``The model's max seq len (29000) is larger than the maximum number of tokens that can be
+    stored in KV cache (23648). Try increasing …`` (a paste that lost ``ValueError:`` and the
+    traceback) → ``kv_cache_insufficient``: the catalog's raise-only templates of known cause
+    (``FailureCatalog.match_bare``), never a template a logger also prints.
+    """
+    found = catalog.match_bare(line)
+    return None if found is None else CrashCause(found.row.cause)
+
+
+def _text_cause(exception: str, message: str, catalog: FailureCatalog, depth: int) -> CrashCause:
+    """A nested message's cause: the catalog's, else the words' (``CAUSE_RULES``)."""
+    cause, is_default = _catalog_cause(exception, message, None, catalog, depth)
+    if cause is not CrashCause.UNKNOWN and not is_default:
+        return cause
+    text = f"{exception}: {message}" if exception else message
+    for candidate, pattern in _RULES:
+        if pattern.search(text):
+            return candidate
+    return cause
 
 
 def classify_exception(
@@ -341,16 +437,20 @@ def classify_exception(
         frame: the innermost traceback frame (``  File "…", line N, in func``), if known:
             where it was raised names the cause when its words do not (``FRAME_RULES``).
 
+    The failure catalog's row decides first (``catalog_cause``), then ``CAUSE_RULES``, then
+    ``FRAME_RULES``; a row whose cause is only its location's default yields to the words.
+
     Returns:
         ``(cause, kind)``; an exception that matches no rule is ``(UNKNOWN, REAL)``: a real
         failure of a kind the table does not know yet.
     """
     text = f"{exception}: {message}" if exception else message
-    cause = CrashCause.UNKNOWN
-    for candidate, pattern in _RULES:
-        if pattern.search(text):
-            cause = candidate
-            break
+    cause, is_default = catalog_cause(exception, message, frame)
+    if cause is CrashCause.UNKNOWN or is_default:
+        for candidate, pattern in _RULES:
+            if pattern.search(text):
+                cause = candidate
+                break
     if cause is CrashCause.UNKNOWN and frame:
         for candidate, pattern in _FRAME_RULES:
             if pattern.search(frame):

@@ -34,12 +34,15 @@ from vllm_sentinel.engine.decode.vllm_line import LineKind
 __all__ = [
     "CRASH_REPORTERS",
     "MARKERS",
+    "PHASE_ENDS",
+    "PHASE_END_EVENTS",
     "SYSTEMD_MARKERS",
     "CrashReporter",
     "Event",
     "Marker",
     "MarkerMatch",
     "MarkerMatcher",
+    "PhaseEnd",
     "SystemdEvent",
     "SystemdMarker",
     "crash_reporter",
@@ -76,6 +79,17 @@ class Event(StrEnum):
     EXECUTOR_WORKERS = "executor_workers"  # how many worker processes the executor runs
     FATAL = "fatal"  # a line that says the engine or a worker failed
     PORT_CONFLICT = "port_conflict"  # a hint, not fatal by itself
+    # --- vLLM 2026 states (vllm2026): sleep, weight cache, startup plan, watchdog -----------
+    FELL_ASLEEP = "fell_asleep"  # sleep mode: the executor put the workers to sleep
+    SLEEP_MEMORY = "sleep_memory"  # a worker's sleep: GiB freed, GiB still in use
+    WOKE_UP = "woke_up"  # the executor woke tags up (weights, kv_cache)
+    WEIGHT_CACHE_LOADED = "weight_cache_loaded"  # a weight-cache daemon loaded its model
+    WEIGHT_CACHE_SERVING = "weight_cache_serving"  # … serves the weights on its socket
+    WEIGHT_CACHE_MAPPED = "weight_cache_mapped"  # a serve unit mapped the daemon's tensors
+    STARTUP_PLAN_APPLIED = "startup_plan_applied"  # a persisted plan: profiling skipped
+    STARTUP_PLAN_SAVED = "startup_plan_saved"
+    WATCHDOG_STARTED = "watchdog_started"  # vLLM's hang watchdog is on
+    WATCHDOG_DUMP = "watchdog_dump"  # vLLM's watchdog dumped the stack: it says it is stuck
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,15 +291,15 @@ MARKERS: tuple[Marker, ...] = (
         r"^Using (?:FlashAttention|Flash Attention|XFormers|Flashinfer|FlashInfer|Torch SDPA|"
         r"ROCmFlashAttention|Pallas|IPEX attention|OpenVINO Attention|HPUAttention)"
         r"(?:-\d+)? backend\.$",
-        "0.4.0.post1–0.10.2",
+        "0.4.0.post1–0.10.2; ROCm and XPU 0.11.0–0.33.0 (scripts/check-vllm-release)",
         "vllm/attention/selector.py, vllm/platforms/*.py",
     ),
     Marker(
         _E.ATTENTION_BACKEND,
         _P.INITIALIZING,
         r"^Using [\w ]+? backend on V1 engine",
-        "0.7.0–0.11.0",
-        "vllm/platforms/cuda.py",
+        "0.7.0–0.11.0; XPU 0.7.0–0.33.0 (scripts/check-vllm-release)",
+        "vllm/platforms/cuda.py, vllm/platforms/xpu.py",
     ),
     Marker(
         _E.ATTENTION_BACKEND,
@@ -734,6 +748,175 @@ MARKERS: tuple[Marker, ...] = (
         "vllm/entrypoints/launcher.py",
         cause="port_in_use",
     ),
+    # --- 9. vLLM 2026 states: sleep, weight cache, startup plan, watchdog (vllm2026) ----------
+    # Found by scripts/check-vllm-release 0.33.0 (docs/vllm-releases.md): the gRPC front end
+    # (`vllm serve --grpc`) has no uvicorn lines, so its own two lines make it ready; Ray's V2
+    # executor says a worker died in its own words; the preload CLI says a daemon rank died.
+    Marker(
+        _E.API_SERVER_STARTING,
+        _P.STARTING_API_SERVER,
+        r"^vLLM gRPC server started on \S{1,256}$",
+        "0.17.1–0.33.0",
+        "vllm/entrypoints/grpc_server.py → entrypoints/launchers/grpc_server.py",
+    ),
+    Marker(
+        _E.APP_STARTUP_COMPLETE,
+        _P.READY,
+        r"^Server is ready to accept requests$",
+        "0.17.1–0.33.0",
+        "vllm/entrypoints/grpc_server.py → entrypoints/launchers/grpc_server.py",
+    ),
+    Marker(
+        _E.FATAL,
+        None,
+        r"^RayWorkerProc rank=(?P<proc>\d+) died unexpectedly, shutting down executor\.$",
+        "0.25.0–0.33.0",
+        "vllm/v1/executor/ray_executor_v2.py",
+        cause="worker_died",
+    ),
+    Marker(
+        _E.FATAL,
+        None,
+        r"^Weight cache daemon rank\(s\) exited during startup \(exitcodes=[^)]{1,200}\); "
+        r"shutting down\.$",
+        "0.30.0–0.33.0",
+        "weight_cache/daemon.py (0.30) → vllm/entrypoints/cli/preload.py (0.33)",
+        terminal=True,
+        cause="worker_died",
+    ),
+    # Sleep mode (--enable-sleep-mode; POST /sleep, POST /wake_up): the executor's lines time
+    # the sleep and the wake-up, each worker says what its sleep freed. The phase moves are the
+    # tracker's (``runtime_modes``): sleeping after ready, and back to ready on a whole wake.
+    Marker(
+        _E.FELL_ASLEEP,
+        _P.SLEEPING,
+        r"^It took (?P<s>[\d.]+) seconds to fall asleep\.$",
+        "0.8.5–0.33.0",
+        "vllm/executor/executor_base.py → vllm/v1/executor/abstract.py (Executor.sleep)",
+    ),
+    Marker(
+        _E.SLEEP_MEMORY,
+        None,
+        r"^Sleep mode freed (?P<gib>[\d.]+) GiB memory, (?P<kept>[\d.]+) GiB memory is still "
+        r"in use\.$",
+        "0.8.5–0.33.0 (%.2f until 0.2x, format_gib after)",
+        "vllm/v1/worker/gpu_worker.py (Worker.sleep)",
+    ),
+    Marker(
+        _E.WOKE_UP,
+        None,
+        r"^It took (?P<s>[\d.]+) seconds to wake up tags (?P<tags>.{1,200})\.$",
+        "0.8.5–0.33.0",
+        "vllm/executor/executor_base.py → vllm/v1/executor/abstract.py (Executor.wake_up)",
+    ),
+    # The weight-cache daemon (`vllm preload`), and a serve unit loading through it
+    # (--load-format ipc_cache).
+    Marker(
+        _E.WEIGHT_CACHE_LOADED,
+        _P.LOADING_WEIGHTS,
+        r"^Weight cache (?:(?P<role>\w+) )?daemon rank (?P<rank>\d+) loaded model"
+        r"(?: \((?P<gib>[\d.]+) GiB allocated, (?P<reserved>[\d.]+) GiB reserved\))?$",
+        "0.30.0–0.33.0 (the role and the GiB from 0.33.0; scripts/check-vllm-release 0.30.0)",
+        "vllm/model_executor/model_loader/weight_cache/daemon.py",
+    ),
+    Marker(
+        _E.WEIGHT_CACHE_SERVING,
+        _P.READY,
+        r"^Weight cache (?:(?P<role>\w+) )?daemon rank (?P<rank>\d+) serving on "
+        r"(?P<socket>\S{1,256})$",
+        "0.30.0–0.33.0 (the role from 0.33.0)",
+        "vllm/model_executor/model_loader/weight_cache/daemon.py",
+    ),
+    Marker(
+        _E.WEIGHT_CACHE_SERVING,
+        _P.READY,
+        r"^===== Weight cache daemon READY: node \d+/\d+ serving \d+ local rank\(s\)"
+        r"(?: x \d+ role\(s\))? in .{1,256} =====$",
+        "0.30.0–0.33.0 (`x %d role(s)` from 0.33.0)",
+        "weight_cache/daemon.py (0.30) → vllm/entrypoints/cli/preload.py (0.33)",
+        needle="Weight cache daemon READY",
+    ),
+    Marker(
+        _E.WEIGHT_CACHE_MAPPED,
+        _P.LOADING_WEIGHTS,
+        r"^Mapped (?P<tensors>\d+) tensors from the weight cache daemon \((?P<mode>\w+) mode\)$",
+        "0.30.0–0.33.0",
+        "vllm/model_executor/model_loader/weight_cache/ipc_loader.py",
+    ),
+    # Startup plans (VLLM_ENABLE_STARTUP_PLAN=1): a boot that reuses one skips profiling.
+    Marker(
+        _E.STARTUP_PLAN_APPLIED,
+        None,
+        r"^Applying persisted startup plan \(fingerprint \S+\): ",
+        "0.30.0–0.33.0",
+        "vllm/v1/worker/startup_plan.py",
+    ),
+    Marker(
+        _E.STARTUP_PLAN_SAVED,
+        None,
+        r"^Saved startup plan to (?P<path>\S{1,512})$",
+        "0.30.0–0.33.0",
+        "vllm/v1/worker/startup_plan.py",
+    ),
+    # vLLM's hang watchdog (--watchdog-config): its stack dump is vLLM saying it is stuck.
+    Marker(
+        _E.WATCHDOG_STARTED,
+        None,
+        r"^\[Watchdog\]Start with timeout=(?P<s>[\d.]+) check_interval=\S+ dump_dir=\S*",
+        "0.33.0",
+        "vllm/utils/watch_dog.py",
+    ),
+    Marker(
+        _E.WATCHDOG_DUMP,
+        None,
+        r"^\[Watchdog\]Dumped stack to (?P<path>\S{1,512}) due to (?P<reason>.{1,200})$",
+        "0.33.0",
+        "vllm/utils/watch_dog.py",
+    ),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseEnd:
+    """A marker event that says its phase is over (not only that it is under way).
+
+    The next phase starts where this line is: between ``Model loading took …`` and compile's
+    first line (``Dynamo bytecode transform time: 8.71 s``, printed *after* Dynamo ran) the
+    process is compiling, not loading.
+
+    Attributes:
+        event: the marker event (every row of ``MARKERS`` with it, in ``phase``).
+        phase: the phase it ends.
+        source: where vLLM logs it, and when.
+        versions: the releases read.
+    """
+
+    event: Event
+    phase: Phase
+    source: str
+    versions: str
+
+
+PHASE_ENDS: tuple[PhaseEnd, ...] = (
+    PhaseEnd(
+        _E.MODEL_LOADED,
+        _P.LOADING_WEIGHTS,
+        "the last line of load_model: vllm/v1/worker/gpu_model_runner.py (Model loading took), "
+        "vllm/worker/model_runner.py (Loading model weights took), hpu_model_runner.py",
+        "0.4.0.post1–0.33.0",
+    ),
+    PhaseEnd(
+        _E.GRAPH_CAPTURE_FINISHED,
+        _P.CAPTURING_CUDA_GRAPHS,
+        "the last line of capture_model: vllm/v1/worker/gpu_model_runner.py, "
+        "vllm/worker/model_runner.py (Graph capturing finished in …)",
+        "0.4.0.post1–0.33.0",
+    ),
+)
+"""Marker events that end their phase: the next phase is entered at their time."""
+
+PHASE_END_EVENTS: Mapping[Event, Phase] = MappingProxyType(
+    {row.event: row.phase for row in PHASE_ENDS}
 )
 
 
@@ -1100,7 +1283,7 @@ SYSTEMD_MARKERS: tuple[SystemdMarker, ...] = (
     ),
     SystemdMarker(
         _S.UNIT_STARTED,
-        "39f53479d3a045ac8e117862248231bf",
+        "39f53479d3a045ac8e11786248231fbf",
         r"^Started (?P<what>.+?)\.?$",
         "systemd src/core/job.c",
     ),

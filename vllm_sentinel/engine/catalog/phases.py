@@ -31,6 +31,7 @@ class Phase(StrEnum):
     CAPTURING_CUDA_GRAPHS = "capturing_cuda_graphs"
     STARTING_API_SERVER = "starting_api_server"
     READY = "ready"
+    SLEEPING = "sleeping"  # a ready server put to sleep (vLLM --enable-sleep-mode, POST /sleep)
     STOPPING = "stopping"
     STOPPED = "stopped"
     CRASHED = "crashed"
@@ -61,7 +62,9 @@ _RANK: Mapping[Phase, int] = MappingProxyType(
 def is_forward(current: Phase, candidate: Phase) -> bool:
     """Say whether ``candidate`` may follow ``current`` within one incarnation.
 
-    Phases only move forward; a terminal phase is never left.
+    Phases only move forward; a terminal phase is never left. ``sleeping`` ranks after
+    ``ready``; waking back to ``ready`` is not a phase move of this rule but the wake line's
+    own (``Incarnation.wake``), so that a request's access line cannot wake a sleeping unit.
     """
     if current in TERMINAL_PHASES:
         return False

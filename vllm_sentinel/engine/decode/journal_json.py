@@ -22,6 +22,7 @@ dropped; fields of the wrong type are ignored and counted (``invalid_field``).
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Final
 
@@ -42,6 +43,7 @@ JOURNAL_FIELDS: tuple[str, ...] = (
     "PRIORITY",
     "SYSLOG_IDENTIFIER",
     "_PID",
+    "_UID",
     "_COMM",
     "_TRANSPORT",
     "_SYSTEMD_UNIT",
@@ -218,13 +220,15 @@ class JournalJsonDecoder:
             else self._int(raw)
         )
         # UNIT= names another unit, so only the service manager may use it: PID 1 for system
-        # units (_PID is set by journald, unforgeable), a "systemd" process for USER_UNIT=.
-        # A process of a watched unit can write UNIT= and SYSLOG_IDENTIFIER=systemd itself
-        # (native protocol); trusting that would let it invent units and their series.
+        # units (_PID is set by journald, unforgeable), a user's manager for USER_UNIT= (a
+        # "systemd" process in that user's user@UID.service, running as UID: _COMM alone is
+        # any process's to choose). Any process can write UNIT=, USER_UNIT= and
+        # SYSLOG_IDENTIFIER=systemd itself (native protocol, `logger --journald`); trusting
+        # that would let it invent units, their series and their crashes.
         system_unit = self._str(get("UNIT"))
         manager_unit = system_unit or self._str(get("USER_UNIT"))
         from_manager = manager_unit is not None and (
-            pid == 1 if system_unit is not None else self._str(get("_COMM")) == "systemd"
+            pid == 1 if system_unit is not None else self._is_user_manager(get)
         )
         if from_manager:
             unit = manager_unit
@@ -255,6 +259,17 @@ class JournalJsonDecoder:
                 self._str(get("MESSAGE_ID")),
                 from_manager,
             ),
+        )
+
+    def _is_user_manager(self, get: Callable[[str], object]) -> bool:
+        """Whether an entry comes from a user's service manager: ``_COMM=systemd`` in
+        ``_SYSTEMD_UNIT=user@UID.service`` with ``_UID=UID`` (journald's trusted fields)."""
+        uid = self._str(get("_UID"))
+        return (
+            uid is not None
+            and uid.isdecimal()
+            and self._str(get("_COMM")) == "systemd"
+            and self._str(get("_SYSTEMD_UNIT")) == f"user@{uid}.service"
         )
 
     def _str(self, value: object) -> str | None:

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 from types import MappingProxyType
 
-from vllm_sentinel.engine.decode.vllm_line import LEVELS
+from vllm_sentinel.engine.decode.vllm_line import LEVELS, LineKind, parse_line
 
 __all__ = [
     "PASTE_ARTEFACTS",
@@ -133,6 +133,19 @@ PASTE_ARTEFACTS: tuple[PasteArtefact, ...] = (
         "（Worker_TP0 pid＝7） INFO 04-27 18:09:47 [core.py：12] …",
         "in a translated paste, full-width ASCII variants (U+FF01–U+FF5E) and the ideographic "
         "space become ASCII (their NFKC form); nothing else is normalised",
+    ),
+    PasteArtefact(
+        "outer_prefix",
+        "document",
+        "a prefix a tool put before every line that no wrapper row knows: a CI console's gutter "
+        "and clock (Buildkite `  | [2025-03-10T15:07:20Z] `, vllm-project/vllm#14574), a "
+        "box-drawing gutter, `kubectl logs --prefix`'s `[pod/name/container] `",
+        "  | [2025-03-10T15:07:20Z] ERROR 03-10 08:07:20 [core.py:302] EngineCore hit an …",
+        "the text before each line's first record head (process prefix, level header, "
+        "`Traceback`), its digits taken as any digit, when one such shape starts nine in ten of "
+        "the window's lines that are no known wrapper's, and the lines it starts then parse as "
+        "vLLM's (a header they did not have, never a prefix vLLM's line parser reads itself: "
+        "`(EngineCore pid=1) `, `[rank0]: `), is removed from every line it starts",
     ),
 )
 
@@ -296,6 +309,10 @@ _TRACEBACK_SENTENCES = frozenset(
 )
 
 _MIN_WRAP_WIDTH = 80
+_MAX_PREFIX = 120  # an outer prefix is shorter than this (characters)
+_MIN_PREFIXED_LINES = 3
+_PREFIXED_SHARE = 0.9
+_DIGIT = re.compile(r"\d")
 _MIN_WRAPPED_LINES = 3
 _MIN_CONTINUATIONS = 2
 _DOUBLE_SPACED_SHARE = 0.9
@@ -459,12 +476,14 @@ class PasteTraits:
     wrap_width: int | None = None
     glued: bool = False
     translated: bool = False
+    outer_prefix: str | None = None  # the inferred prefix's regex (``_outer_prefix``)
 
     @property
     def any(self) -> bool:
         """Whether any repair runs."""
         return (
-            self.html
+            self.outer_prefix is not None
+            or self.html
             or self.quoted
             or self.double_spaced
             or self.wrap_width is not None
@@ -506,6 +525,7 @@ class PasteReader:
         self.traits = _NO_TRAITS
         self._open: str | None = None  # a hard-wrapped line that may continue
         self._previous_header: tuple[str, str] | None = None  # (stamp, source) of the last
+        self._prefix: re.Pattern[str] | None = None  # the inferred outer prefix (traits)
 
     @property
     def passthrough(self) -> bool:
@@ -551,13 +571,67 @@ class PasteReader:
             for line in window
             for piece in self._clean(line, html=html_found, quoted=quoted, translated=True)
         ]
+        prefix = self._outer_prefix(lines)
+        if prefix is not None:
+            self._prefix = re.compile(prefix)
+            lines = [self._strip_prefix(line, counting=False) for line in lines]
         double = _is_double_spaced(lines)
         if double:
             lines = [line for line in lines if line.strip()]
         width = self._wrap_width(lines)
         translated = _shows_translation(lines)
         glued = any(self._is_glued(line) for line in lines)
-        return PasteTraits(html_found, quoted, double, width, glued, translated)
+        return PasteTraits(html_found, quoted, double, width, glued, translated, prefix)
+
+    def _outer_prefix(self, lines: list[str]) -> str | None:
+        """The regex of a prefix (nearly) every line shares before vLLM's lines, or ``None``.
+
+        Each line's prefix is the text before its first record head (``_HEAD``) that no
+        wrapper row explains; its shape is that text with every digit as ``0``. The most
+        common shape is a wrapper when it starts nine in ten of the lines with a head, and
+        the lines it starts become vLLM-shaped lines by losing it (``parse_line``).
+        """
+        shapes: Counter[str] = Counter()
+        headed = 0
+        for line in lines:
+            head = _HEAD.search(line, 0, _MAX_PREFIX + 80)
+            if head is None:
+                continue
+            headed += 1
+            start = head.start()
+            if start == 0 or start > _MAX_PREFIX or self._wrapper_length(line) >= start:
+                continue
+            shapes[_DIGIT.sub("0", line[:start])] += 1
+        if not shapes or headed < _MIN_PREFIXED_LINES:
+            return None
+        shape, count = shapes.most_common(1)[0]
+        if count < _PREFIXED_SHARE * headed or not shape.strip(" "):
+            return None  # too few lines; or indentation only (a dict dump, frames)
+        pattern = "".join(r"\d" if char == "0" else re.escape(char) for char in shape)
+        regex = re.compile(pattern)
+        gained = kept = 0
+        for line in lines:
+            found = regex.match(line)
+            if found is None:
+                continue
+            before = parse_line(line).kind
+            after = parse_line(line[found.end() :]).kind
+            if before is LineKind.RAW and after is not LineKind.RAW:
+                gained += 1
+            elif after is before:
+                kept += 1
+        return pattern if gained > kept or (gained and gained * 2 >= count) else None
+
+    def _strip_prefix(self, line: str, *, counting: bool = True) -> str:
+        prefix = self._prefix
+        if prefix is None:
+            return line
+        found = prefix.match(line)
+        if found is None:
+            return line
+        if counting:
+            self.repaired["outer_prefix"] += 1
+        return line[found.end() :]
 
     def _is_glued(self, line: str) -> bool:
         if len(split_records(line, self._wrapper_length)) > 1:
@@ -600,6 +674,8 @@ class PasteReader:
                 text = text[quote.end() :] if quote is not None else text
                 if counting:
                     self.repaired["markdown_quote"] += 1
+            if counting and self._prefix is not None:
+                text = self._strip_prefix(text)
             if translated and not text.isascii():
                 normal = normalize_fullwidth(text)
                 if counting and normal is not text:

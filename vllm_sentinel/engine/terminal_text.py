@@ -1,0 +1,49 @@
+"""Log text made safe for a terminal (core: pure).
+
+A unit's log line may hold terminal control sequences: ``ESC c`` resets the terminal, an OSC
+sets its title or writes the clipboard, a DCS talks to the terminal itself, ``CSI``
+(``ESC [`` or the one-byte C1 ``\\x9b``) moves the cursor or repaints lines, a backspace or
+carriage return hides what came before. ``status``, ``replay`` and ``watch`` print log text,
+so everything they print goes through ``printable``: escape sequences are removed whole and
+every other C0/C1 control but tab and newline is dropped. ``json_for_terminal`` writes the
+C1 controls and DEL of a JSON document as ``\\u`` escapes (the same JSON value; orjson
+already escapes C0).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+__all__ = ["json_for_terminal", "printable"]
+
+_SEQUENCE: Final = re.compile(
+    r"(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]?"  # CSI … final byte
+    # OSC, DCS, SOS, PM, APC … to BEL or ST
+    r"|(?:\x1b[\]PX^_]|[\x90\x98\x9d\x9e\x9f])[^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"
+    r"|\x1b[ -/]*[0-~]?"  # any other escape (ESC c, ESC 7, charset selection …)
+)
+_CONTROL: Final = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_JSON_C1: Final = re.compile("[\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """``text`` without terminal control sequences or control characters (tab and newline
+    are kept).
+
+    Args:
+        text: anything about to be written to a terminal (log text included).
+
+    Returns:
+        The text with every escape sequence (CSI, OSC, DCS, SOS, PM, APC, two-byte escapes,
+        their C1 forms) removed whole and every other C0/C1 control and DEL dropped.
+    """
+    if text.isprintable():
+        return text
+    return _CONTROL.sub("", _SEQUENCE.sub("", text))
+
+
+def json_for_terminal(document: bytes) -> bytes:
+    """A UTF-8 JSON document with DEL and C1 controls written as ``\\u00XX`` escapes."""
+    text = document.decode("utf-8")
+    return _JSON_C1.sub(lambda found: f"\\u{ord(found.group()):04x}", text).encode("utf-8")

@@ -29,6 +29,26 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The long tests first: those marked ``slow`` (the chaos schedules, the soak runs), then
+    those that share a session fixture on one worker (``xdist_group``), then the rest.
+
+    Under pytest-xdist (``scripts/test``: two workers, ``--dist loadgroup
+    --no-loadscope-reorder``, so work is handed out in this order) a long test picked last
+    keeps one worker busy while the other waits; started first, the short ones fill the other
+    worker meanwhile (longest first). A stable sort: each part keeps the order pytest-randomly
+    gave it, and every worker collects the same order.
+    """
+
+    def rank(item: pytest.Item) -> int:
+        if item.get_closest_marker("slow") is not None:
+            return 0
+        return 1 if item.get_closest_marker("xdist_group") is not None else 2
+
+    items.sort(key=rank)
+
+
 @pytest.fixture
 def update_golden(request: pytest.FixtureRequest) -> bool:
     return bool(request.config.getoption("--update-golden"))

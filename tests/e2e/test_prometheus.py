@@ -67,7 +67,8 @@ from tests.support.journal_writer import (
 from tests.support.promql import dashboard_queries, rule_expressions, rules
 from vllm_sentinel.config import Config, parse_config
 
-pytestmark = [pytest.mark.integration]
+# one worker under pytest-xdist: the session's Prometheus and Alertmanager are started once
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("prometheus")]
 
 Entry = dict[str, str | bytes | int]
 

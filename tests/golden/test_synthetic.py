@@ -10,6 +10,7 @@ stall_reason…). Whatever the file says, every phase of every incarnation must 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import datetime
 from pathlib import Path
@@ -45,7 +46,10 @@ def _document(incarnation: IncarnationSnapshot) -> dict[str, Any]:
         "vllm_version": incarnation.vllm_version,
         "tensor_parallel_size": incarnation.tensor_parallel_size,
         "pids": list(incarnation.pids),
-        "modes": {name: getattr(incarnation.modes, name) for name in incarnation.modes.__slots__},
+        "modes": {
+            f.name: getattr(incarnation.modes, f.name)
+            for f in dataclasses.fields(incarnation.modes)
+        },
         "crash": None
         if crash is None
         else {

@@ -1,5 +1,5 @@
 """First contact, round two (issue 21): what a new user met trying the commands after the
-README's install, each defect with its test.
+docs/install.md's install, each defect with its test.
 
 * ``status`` and ``run`` find the config the install writes (``$VLLM_SENTINEL_CONFIG``, else
   ``/etc/vllm-sentinel/config.toml``) when no ``--config``/``--url`` is given; ``status`` takes

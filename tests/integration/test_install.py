@@ -1,4 +1,4 @@
-"""README's "Install as a service" and "Uninstall" blocks, run as written, in a booted root.
+"""docs/install.md's install and uninstall blocks, run as written, in a booted root.
 
 Where: ``tests/support/booted_root.py`` — an overlay of this machine's ``/`` with systemd as
 PID 1 in its own mount, PID and network namespaces. That is what genuinely runs here: the CI
@@ -34,9 +34,10 @@ from tests.integration.conftest import BuiltPackage
 from tests.support.booted_root import BootedRoot, BootError
 from tests.support.packaging import ROOT
 
-pytestmark = pytest.mark.integration
+# the worker that builds the session's wheelhouse (``built_package``) under pytest-xdist
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("built_package")]
 
-README = ROOT / "README.md"
+INSTALL_DOC = ROOT / "docs" / "install.md"
 CHECKOUT = "/root/vllm-sentinel"
 WHEELHOUSE = "/mnt/wheelhouse"
 VENV = "/opt/vllm-sentinel"
@@ -52,15 +53,15 @@ _VLLM_LINES = (
 )
 
 
-def readme_block(name: str) -> str:
-    """The shell block between ``<!-- NAME: … -->`` and ``<!-- /NAME -->`` in README.md."""
-    text = README.read_text(encoding="utf-8")
+def doc_block(name: str) -> str:
+    """The shell block between ``<!-- NAME: … -->`` and ``<!-- /NAME -->`` in docs/install.md."""
+    text = INSTALL_DOC.read_text(encoding="utf-8")
     match = re.search(
         rf"^<!-- {name}: [^\n]*-->\n```sh\n(?P<body>.*?)\n```\n<!-- /{name} -->$",
         text,
         re.MULTILINE | re.DOTALL,
     )
-    assert match is not None, f"README.md has no <!-- {name} --> block"
+    assert match is not None, f"docs/install.md has no <!-- {name} --> block"
     return match["body"] + "\n"
 
 
@@ -77,7 +78,7 @@ ROOT_PYTHON_DIR = "/root/.local/python/bin"
 
 
 def _run_block(root: BootedRoot, name: str) -> subprocess.CompletedProcess[bytes]:
-    """Run README's block NAME with bash -e in the checkout, as root, offline pip, with a
+    """Run docs/install.md's block NAME with bash -e in the checkout, as root, offline pip, with a
     ``python3`` under ``/root`` first on PATH."""
     env = {
         "PATH": f"{ROOT_PYTHON_DIR}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -87,7 +88,7 @@ def _run_block(root: BootedRoot, name: str) -> subprocess.CompletedProcess[bytes
         "PIP_DISABLE_PIP_VERSION_CHECK": "1",
         "VLLM_SENTINEL_PURE": "1",
     }
-    script = "set -euxo pipefail\n" + readme_block(name)
+    script = "set -euxo pipefail\n" + doc_block(name)
     return root.run(["bash", "-c", script], cwd=CHECKOUT, env=env, timeout=300)
 
 
@@ -143,7 +144,7 @@ def root(tmp_path: Path, built_package: BuiltPackage) -> Iterator[BootedRoot]:
         booted.stop()
 
 
-def test_install_then_uninstall_as_the_readme_says(root: BootedRoot) -> None:
+def test_install_then_uninstall_as_written(root: BootedRoot) -> None:
     """From a checkout to a hardened service serving the host's vLLM units, and back to nothing."""
     _fake_vllm(root, "vllm-test.service")
     _fake_vllm(root, "llm-serve.service")
@@ -182,7 +183,7 @@ def test_install_then_uninstall_as_the_readme_says(root: BootedRoot) -> None:
         "UnitFileState=enabled",
         "User=vllm-sentinel",
     ]
-    # then, as the README says, `status` shows both units once the journal is read
+    # then, as docs/install.md says, `status` shows both units once the journal is read
     status = [f"{VENV}/bin/vllm-sentinel", "status"]
     output = _wait_for(root, status, r"^\S+\s+llm-serve\.service\s+ready\s")
     assert re.search(r"^\S+\s+vllm-test\.service\s+ready\s", output, re.MULTILINE), output

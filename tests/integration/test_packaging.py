@@ -20,6 +20,7 @@ from tests.support.packaging import ROOT, backend_output, build_env, pip_env, tr
 pytestmark = pytest.mark.integration
 
 
+@pytest.mark.xdist_group("built_package")  # the session's wheel is built once, on one worker
 class TestWheel:
     def test_the_build_prints_no_warning(self, built_package: BuiltPackage) -> None:
         """setuptools prints no warning: SPDX license string, every package declared."""

@@ -4,7 +4,7 @@
 
 * a ``BootedRoot`` (``tests/support/booted_root.py``): systemd as PID 1, logging to its own
   journal, in private mount, PID and network namespaces;
-* vllm-sentinel **installed as a service** in it as the README's install does (a venv in
+* vllm-sentinel **installed as a service** in it as docs/install.md's install does (a venv in
   ``/opt/vllm-sentinel`` from the session's wheelhouse, the system user in ``systemd-journal``,
   the shipped unit file, ``systemctl enable --now``) with a config that watches
   ``vllm-*.service`` (which matches its own unit, never watched: the test says so), counts a

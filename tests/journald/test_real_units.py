@@ -29,7 +29,9 @@ from tests.journald.scenarios import (
     message,
 )
 
-pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("journald")]
+# on the worker that builds the session's wheelhouse (``built_package``) under pytest-xdist, with
+# the other booted-root tests: one wheelhouse, one booted root at a time
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("built_package")]
 
 SETTLE = 120.0  # seconds to wait for a crash to be counted (5 s window, busy CI machine)
 

@@ -3,7 +3,7 @@
 Each row of ``METRICS`` names a family, its type, its help sentence, its label names and a
 function from a ``Snapshot`` to samples ``(label values, value)``. The exporter turns rows into
 prometheus_client families at scrape time; ``metrics_markdown_table()`` turns the same rows into
-the README table, so the docs are the code.
+the table of docs/metrics.md, so the docs are the code.
 
 Rules the rows keep (and ``tests/unit/test_metrics.py`` checks):
 
@@ -920,7 +920,7 @@ METRICS: tuple[MetricDefinition, ...] = (
 
 
 def metrics_markdown_table() -> str:
-    """Render the table as the README's markdown table (one row per family)."""
+    """Render the table as docs/metrics.md's markdown table (one row per family)."""
     lines = ["| Metric | Type | Labels | Meaning |", "| --- | --- | --- | --- |"]
     for row in METRICS:
         labels = ", ".join(f"`{label}`" for label in row.labels)

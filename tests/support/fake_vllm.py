@@ -11,7 +11,9 @@ Its ``/health`` does what ``mode`` says at the time of the request:
 * ``garbage`` — answers bytes that are not HTTP.
 
 ``/v1/models`` lists ``models`` in OpenAI's shape. Every request is counted per path, and
-``max_in_flight`` records the most requests served at once (the probe keeps one per unit).
+``max_in_flight`` records the most requests in flight at once whose client still holds its
+connection (the probe keeps one per unit; a handler thread a loaded machine has not run since
+its client gave up does not count).
 """
 
 from __future__ import annotations
@@ -34,6 +36,15 @@ __all__ = ["FakeVllmServer"]
 MODES = ("ok", "unavailable", "hang", "reset", "garbage")
 
 
+def _peer_closed(connection: socket.socket) -> bool:
+    """Whether the client closed ``connection`` (readable at end of stream, or gone)."""
+    try:
+        readable, _, _ = select.select([connection], [], [], 0)
+        return bool(readable) and not connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+    except (OSError, ValueError):
+        return True
+
+
 class _Handler(BaseHTTPRequestHandler):
     server: _Server  # type: ignore[assignment]
 
@@ -44,7 +55,11 @@ class _Handler(BaseHTTPRequestHandler):
         owner = self.server.owner
         with owner.lock:
             owner.requests[self.path] = owner.requests.get(self.path, 0) + 1
-            owner.in_flight += 1
+            # a request whose client already closed its connection (a probe that timed out) is
+            # no longer the client's, though its handler thread may not have run since
+            owner.open_requests = {c for c in owner.open_requests if not _peer_closed(c)}
+            owner.open_requests.add(self.connection)
+            owner.in_flight = len(owner.open_requests)
             owner.max_in_flight = max(owner.max_in_flight, owner.in_flight)
         try:
             if self.path == "/health":
@@ -64,7 +79,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self._answer(404, b'{"detail":"Not Found"}', "application/json")
         finally:
             with owner.lock:
-                owner.in_flight -= 1
+                owner.open_requests.discard(self.connection)
+                owner.in_flight = len(owner.open_requests)
 
     def _health(self, owner: FakeVllmServer) -> None:
         mode = owner.mode
@@ -158,6 +174,7 @@ class FakeVllmServer:
         self.requests: dict[str, int] = {}
         self.in_flight = 0
         self.max_in_flight = 0
+        self.open_requests: set[socket.socket] = set()
         self.changed = _ModeChange()
         self.port = 0
         self._server: _Server | _UnixServer | None = None

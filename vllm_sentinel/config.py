@@ -66,6 +66,7 @@ from pydantic_core import ErrorDetails
 
 from vllm_sentinel.engine.catalog.causes import DEFAULT_BENIGN_PATTERNS, BenignMatcher
 from vllm_sentinel.engine.catalog.phases import STARTUP_PHASES, Phase
+from vllm_sentinel.engine.decode.unit_name import UNIT_TYPES
 from vllm_sentinel.engine.health import ProbePolicy, ProbeSettings
 from vllm_sentinel.engine.stall import DEFAULT_SLOW_FACTOR, DEFAULT_SLOW_FLOOR_SECONDS
 from vllm_sentinel.errors import ConfigError, StateDirectoryError
@@ -98,22 +99,8 @@ __all__ = [
     "validate_unit_pattern",
 ]
 
-UNIT_SUFFIXES: frozenset[str] = frozenset(
-    {
-        "service",
-        "socket",
-        "device",
-        "mount",
-        "automount",
-        "swap",
-        "target",
-        "path",
-        "timer",
-        "slice",
-        "scope",
-    }
-)
-"""Unit types systemd knows (systemd.unit(5)); a unit name ends in one of them."""
+UNIT_SUFFIXES: frozenset[str] = UNIT_TYPES
+"""Unit types systemd knows (systemd.unit(5)): ``unit_name.UNIT_TYPES``, the one table."""
 
 DEFAULT_UNITS: tuple[str, ...] = ("vllm*.service",)
 """Units a host watches when its table has no ``units`` key."""

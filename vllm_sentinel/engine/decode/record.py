@@ -35,6 +35,9 @@ class Record(NamedTuple):
         cursor: the journal cursor (``__CURSOR``), opaque.
         message_id: the catalog ``MESSAGE_ID`` of systemd's own messages.
         from_manager: True when systemd (the service manager) wrote the line about the unit.
+        machine: the machine that logged it (journald's ``_HOSTNAME``), ``None`` when the
+            source does not say (text logs). One journal can hold several machines (a
+            ``systemd-journal-remote`` directory); ``TrackerSet`` keeps their units apart.
     """
 
     message: str
@@ -48,3 +51,4 @@ class Record(NamedTuple):
     cursor: str | None = None
     message_id: str | None = None
     from_manager: bool = False
+    machine: str | None = None

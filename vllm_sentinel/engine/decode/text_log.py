@@ -348,7 +348,8 @@ class TextLogDecoder:
     def _plain(self, line: str) -> Record:
         """A line without wrapper (hot path: no keyword defaults, no unpacking)."""
         return _new_record(
-            Record, (line, None, self.host, self.unit, None, None, None, None, None, None, False)
+            Record,
+            (line, None, self.host, self.unit, None, None, None, None, None, None, False, None),
         )
 
     def _unwrap(self, line: str) -> Record:
@@ -404,7 +405,20 @@ class TextLogDecoder:
         manager = ident in _MANAGER_IDENTS
         return _new_record(
             Record,
-            (line, realtime, self.host, self.unit, None, pid, ident, None, None, None, manager),
+            (
+                line,
+                realtime,
+                self.host,
+                self.unit,
+                None,
+                pid,
+                ident,
+                None,
+                None,
+                None,
+                manager,
+                None,
+            ),
         )
 
     @classmethod

@@ -95,3 +95,32 @@ class TestTrackerSetMachines:
 
         trackers = TrackerSet(("vllm*",))
         assert trackers.restore("remote", "gpu-8/vllm-ok.service", UnitCounters())
+
+
+class TestMonitorMachines:
+    """The daemon's and ``watch``'s Monitor: one configured host, a journal of two machines."""
+
+    def test_two_machines_units_stay_apart_and_neither_crashes(self) -> None:
+        from vllm_sentinel.monitor import HostPlan, Monitor, Tick
+        from vllm_sentinel.sources.journal import JournalBatch
+
+        now = [T0]
+        monitor = Monitor([HostPlan("remote", ("vllm*",))], clock=lambda: now[0], settle_seconds=5)
+        ok, stuck = "a" * 32, "b" * 32
+        records = (
+            _started(0, "gpu-7", ok),
+            _started(1, "gpu-8", stuck),
+            _line(2, "(APIServer pid=10) INFO:     Application startup complete.", "gpu-7", ok, 10),
+        )
+        monitor.apply(JournalBatch("remote", records, None, False))
+        now[0] = T0 + timedelta(seconds=60)
+        monitor.apply(Tick(now[0]))
+        (host,) = monitor.publish().hosts
+        units = {unit.unit: unit for unit in host.units}
+        assert sorted(units) == ["gpu-8/vllm-ok.service", UNIT]
+        assert [i.id for i in units[UNIT].incarnations] == [ok]
+        assert [i.id for i in units["gpu-8/vllm-ok.service"].incarnations] == [stuck]
+        for unit in units.values():
+            assert unit.host == "remote"
+            assert sum(unit.crashes_total.values()) == 0
+            assert unit.incarnations[-1].crash is None

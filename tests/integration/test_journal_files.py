@@ -478,3 +478,67 @@ class TestFollowUnderLoad:
         print(
             f"\n{written} entries at 10,000/s: all followed; with --unit matches {skipped} skipped"
         )
+
+
+class TestSeveralMachinesInOneJournal:
+    """A journal-remote directory holds several machines: same-named units stay apart."""
+
+    def test_replay_keys_units_by_host(
+        self, tmp_path: Path, journal_remote: str, journalctl: str
+    ) -> None:
+        from vllm_sentinel.replay import replay
+
+        directory = tmp_path / "remote"
+        directory.mkdir()
+        unit = "vllm-ok.service"
+        ok_id, stuck_id = "a" * 32, "b" * 32
+        ready = [
+            unit_started(unit, ok_id, T0_US, "vLLM", hostname="gpu-7"),
+            service_line(
+                unit,
+                ok_id,
+                10,
+                "(APIServer pid=10) INFO 11-28 23:36:22 [loader.py:1] Loading weights took 3.0 s",
+                T0_US + 1_000_000,
+                hostname="gpu-7",
+            ),
+            service_line(
+                unit,
+                ok_id,
+                10,
+                "(APIServer pid=10) INFO:     Application startup complete.",
+                T0_US + 2_000_000,
+                hostname="gpu-7",
+            ),
+        ]
+        stuck = [
+            unit_started(unit, stuck_id, T0_US + 500_000, "vLLM", hostname="gpu-8"),
+            service_line(
+                unit,
+                stuck_id,
+                20,
+                "(APIServer pid=20) INFO 11-28 23:36:22 [loader.py:1] Starting to load model x",
+                T0_US + 1_500_000,
+                hostname="gpu-8",
+            ),
+        ]
+        for name, entries in (("gpu-7", ready), ("gpu-8", stuck)):
+            with JournalWriter(directory, name, binary=journal_remote, journalctl=journalctl) as w:
+                w.write(entries)
+        out = subprocess.run(
+            [journalctl, f"--directory={directory}", "-o", "json", "-a", "--no-pager"],
+            capture_output=True,
+            check=True,
+            timeout=60,
+        ).stdout
+        result = replay([[out]])
+        by_host = {(u.host, u.unit): u for u in result.units}
+        assert sorted(by_host) == [("gpu-7", unit), ("gpu-8", unit)]
+        for snapshot in by_host.values():
+            assert len(snapshot.incarnations) == 1
+            assert snapshot.incarnations[-1].crash is None
+            assert sum(snapshot.crashes_total.values()) == 0
+        assert by_host[("gpu-7", unit)].incarnations[-1].id == ok_id
+        assert by_host[("gpu-8", unit)].incarnations[-1].id == stuck_id
+        assert by_host[("gpu-7", unit)].incarnations[-1].phase.value == "ready"
+        assert by_host[("gpu-8", unit)].incarnations[-1].phase.value != "ready"

@@ -146,3 +146,22 @@ class TestBrokenInput:
         records = decoder.feed(big[:30]) + decoder.feed(big[30:] + _line(MESSAGE="y"))
         assert [r.message for r in records] == ["y"]
         assert decoder.skipped["line_too_long"] == 1
+
+
+def test_every_field_the_decoder_reads_is_asked_of_journalctl() -> None:
+    """The daemon runs ``journalctl --output-fields=JOURNAL_FIELDS``: a field the decoder reads
+    but does not ask for is always absent there (``_HOSTNAME`` was: machines never parted)."""
+    import re
+    from pathlib import Path
+
+    import pytest
+
+    from vllm_sentinel.engine.decode import journal_json
+
+    path = Path(journal_json.__file__ or "")
+    if path.suffix != ".py":
+        pytest.skip("compiled build: its source is checked by the pure-Python run")
+    source = path.read_text()
+    read = set(re.findall(r'get\("([A-Z_]+)"\)', source)) - {"__CURSOR", "__REALTIME_TIMESTAMP"}
+    assert "_HOSTNAME" in read
+    assert read <= set(journal_json.JOURNAL_FIELDS), sorted(read - set(journal_json.JOURNAL_FIELDS))

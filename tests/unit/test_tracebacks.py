@@ -164,3 +164,40 @@ class TestRestartedProcess:
         assert assembler.feed(1, "  second line", None, False)[0]
         _feed(assembler, 2, ["Traceback (most recent call last):", "ValueError: first line"])
         assert assembler.feed(2, "  second line", "ERROR", True)[0]
+
+
+class TestCaretLines:
+    """Python 3.11+'s ``^``/``~`` marker lines under a frame's source line (PEP 657)."""
+
+    CARETS = (
+        "           ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^",
+        "    return self.forward(*args)",  # a source line, then its markers
+        "                ~~~~~~~~~~^^^^^^^^^^^",
+        "    ~~~~~~~~~~~~~~~~~~~~~~~~^~~~~~~~~~~",
+    )
+
+    def test_a_marker_line_is_part_of_a_frame_never_context_or_exception(self) -> None:
+        """An excerpt starting at a marker line: the line is consumed, never the context."""
+        assembler = TracebackAssembler()
+        for level, header in (("ERROR", True), (None, False)):
+            for line in (self.CARETS[0], self.CARETS[2], self.CARETS[3]):
+                consumed, event, _ = assembler.feed(1, line, level, header)
+                assert consumed and event is None
+        assert assembler.context_of(1) is None
+
+    def test_an_excerpt_starting_at_carets_reports_no_message(self) -> None:
+        """The fresh 710 shape: carets, then frames, cut off before the exception line."""
+        from vllm_sentinel.replay import replay
+
+        prefix = "(VllmWorkerProcess pid=7) ERROR 03-25 12:23:00 [multiproc_worker_utils.py:238] "
+        lines = [
+            self.CARETS[0],
+            '  File "/x/vllm/model_executor/models/qwen2.py", line 462, in forward',
+            "    hidden_states = self.model(input_ids)",
+            self.CARETS[2],
+        ]
+        text = "".join(prefix + line + "\n" for line in lines).encode()
+        (unit,) = replay([[text]]).units
+        crash = unit.incarnations[-1].crash
+        assert crash is not None
+        assert (crash.cause.value, crash.exception, crash.message) == ("unknown", "", "")

@@ -144,6 +144,41 @@ class TestCarriageReturns:
             == "Capturing CUDA graphs: 100%"
         )
 
+    def test_a_carriage_return_inside_a_line_that_is_no_bar_keeps_its_head(self) -> None:
+        """Only a progress bar's redraw collapses; elsewhere ``\\r`` reads as a space."""
+        line = "ValueError: Invalid repository ID: '/models/x\rOWNED'."
+        assert (
+            collapse_carriage_returns(line)
+            == "ValueError: Invalid repository ID: '/models/x OWNED'."
+        )
+        prefixed = "(APIServer pid=1) \rERROR 01-01 00:00:00 [a.py:1] boom\rtail"
+        assert collapse_carriage_returns(prefixed) == (
+            "(APIServer pid=1) ERROR 01-01 00:00:00 [a.py:1] boom tail"
+        )
+
+    def test_a_bar_redrawn_over_a_log_line_still_collapses(self) -> None:
+        """A bar's redraw keeps the last refresh, whatever came before it."""
+        line = "INFO 01-01 00:00:00 [a.py:1] x\rProcessed prompts:  50%|█    | 1/2 [00:01<00:01]"
+        assert collapse_carriage_returns(line) == (
+            "Processed prompts:  50%|█    | 1/2 [00:01<00:01]"
+        )
+
+    def test_the_exception_line_with_a_carriage_return_keeps_its_cause(self) -> None:
+        """The trial's repro: ANSI and ``\\r`` inside a hostile path, cause model_not_found."""
+        from vllm_sentinel.replay import replay
+
+        lines = [
+            "Traceback (most recent call last):",
+            '  File "/x/vllm/transformers_utils/config.py", line 1, in get_config',
+            "ValueError: Invalid repository ID or local directory specified: "
+            "'/models/\x1b[2J\u2026\rOWNED'.",
+        ]
+        text = "".join(line + "\n" for line in lines).encode()
+        (unit,) = replay([[text]]).units
+        crash = unit.incarnations[-1].crash
+        assert crash is not None
+        assert (crash.cause.value, crash.exception) == ("model_not_found", "ValueError")
+
 
 class TestTorchRankPrefix:
     """torch.distributed (2.2+) prefixes a rank's stderr lines with ``[rankN]:``: a wrapper.

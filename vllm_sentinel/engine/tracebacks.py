@@ -46,6 +46,10 @@ _ORPHAN_EXCEPTION_LINE: Final = re.compile(
 # "Capturing CUDA graphs: 100%|██████████| 67/67 [00:10<00:00, 6.1it/s]"): another process's
 # progress printed in the middle of a traceback, never its exception line.
 _PROGRESS_BAR: Final = re.compile(r"\d{1,3}%(?: Completed)? ?\||\| *\d+/\d+ \[\d")
+# Python 3.11+'s position markers (PEP 657: ``^`` under the failing expression, ``~`` around
+# it) under a frame's source line: part of that frame, never an exception line, a message or a
+# context (an excerpt often starts on one).
+_MARKER_LINE: Final = re.compile(r"[ \t]+[~^][~^ \t]*$")
 _ERROR_LEVELS: Final = frozenset({"ERROR", "CRITICAL"})
 _MAX_CLASS: Final = 200  # an exception "class" may be a whole hostile line: keep it short
 _MAX_FRAME: Final = 300
@@ -304,6 +308,8 @@ class TracebackAssembler:
     def _idle(
         self, key: object, stream: _Stream | None, body: str, level: str | None, has_header: bool
     ) -> tuple[bool, ExceptionEvent | None, bool]:
+        if body[:1] in " \t" and _MARKER_LINE.match(body) is not None:
+            return True, None, False  # a frame's position markers (excerpt cut above them)
         if body.startswith('  File "'):
             stream = stream or self._stream(key)
             stream.state = _State.FRAMES

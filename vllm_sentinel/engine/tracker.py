@@ -1106,6 +1106,13 @@ class TrackerSet:
         units: unit names or globs to keep (``vllm*``); empty keeps every unit.
         default_unit: the unit of records that name none (plain text).
         factory: builds a tracker for (unit, host).
+
+    One journal can hold several machines (a ``systemd-journal-remote`` directory read as one
+    configured host): a unit is owned by the first machine (``Record.machine``) its records
+    name; records of the same unit name from another machine go to their own tracker, unit
+    ``MACHINE/UNIT`` (``/`` is in no unit name), so that two machines' incarnations never
+    merge into one timeline (a false ``superseded`` crash). ``machine_units_total`` counts
+    those trackers.
     """
 
     def __init__(
@@ -1120,10 +1127,12 @@ class TrackerSet:
         self._factory = factory or UnitTracker
         self._trackers: dict[tuple[str | None, str], UnitTracker] = {}
         self._wanted: dict[str, bool] = {}  # wants() by unit name (bounded below)
+        self._owners: dict[tuple[str | None, str], str] = {}  # the machine owning each unit
         self._counting = True
         self.unrouted_total = 0
         self.rate_limited_total = 0  # journald's dropped messages of kept units, summed
         self.rate_limited: dict[str, int] = {}  # … by unit (the last _MAX_CACHED_UNITS units)
+        self.machine_units_total = 0
 
     @property
     def counting(self) -> bool:
@@ -1168,6 +1177,11 @@ class TrackerSet:
                 self.unrouted_total += 1
                 continue
             key = (record.host, unit)
+            machine = record.machine
+            if machine is not None:
+                owner = self._owners.setdefault(key, machine)
+                if owner != machine:
+                    key = (record.host, f"{machine}/{unit}")
             if key != run_key:
                 if run_tracker is not None and run:
                     applied += self._feed_run(run_tracker, run)
@@ -1197,6 +1211,8 @@ class TrackerSet:
             host, unit = key
             tracker = self._trackers[key] = self._factory(unit, host)
             tracker.counting = self._counting
+            if "/" in unit:
+                self.machine_units_total += 1
         return tracker
 
     def __iter__(self) -> Iterator[UnitTracker]:
@@ -1204,7 +1220,7 @@ class TrackerSet:
 
     def restore(self, host: str | None, unit: str, counters: UnitCounters) -> bool:
         """Create the tracker of ``unit`` going on from saved counters (False: not wanted)."""
-        if self._patterns and not self.wants(unit):
+        if self._patterns and not self.wants(unit.rpartition("/")[2]):
             return False
         self._tracker((host, unit)).restore(counters)
         return True
@@ -1224,3 +1240,4 @@ class TrackerSet:
     def remove(self, host: str | None, unit: str) -> None:
         """Forget a unit (removed from config)."""
         self._trackers.pop((host, unit), None)
+        self._owners.pop((host, unit), None)

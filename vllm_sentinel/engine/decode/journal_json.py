@@ -63,6 +63,7 @@ JOURNAL_FIELDS: tuple[str, ...] = (
     "N_DROPPED",
     "OBJECT_SYSTEMD_UNIT",
     "OBJECT_SYSTEMD_USER_UNIT",
+    "_HOSTNAME",
 )
 """Every field ``decode_entry`` reads: what ``journalctl --output-fields`` needs to send.
 
@@ -124,7 +125,9 @@ class JournalJsonDecoder:
     """Decode ``journalctl -o json`` output into ``Record``s.
 
     Args:
-        host: the host name put on every record.
+        host: the host name put on every record; ``None`` (replay) puts each entry's machine
+            there (``_HOSTNAME``, ``None`` when absent), so that a journal holding several
+            machines (a ``systemd-journal-remote`` directory) shows each unit per machine.
         max_line_bytes: a JSON line longer than this is dropped (``line_too_long``).
     """
 
@@ -270,12 +273,13 @@ class JournalJsonDecoder:
             if isinstance(raw, str) and raw.isdecimal() and len(raw) <= 12
             else self._int(raw)
         )
+        machine = self._str(get("_HOSTNAME"))
         return _new_record(
             Record,
             (
                 message,
                 realtime,
-                self.host,
+                self.host if self.host is not None else machine,
                 unit,
                 invocation,
                 pid,
@@ -286,6 +290,7 @@ class JournalJsonDecoder:
                 from_manager,
                 self._str(get("_STREAM_ID")),
                 dropped,
+                machine,
             ),
         )
 

@@ -40,6 +40,9 @@ class Record(NamedTuple):
             still writes on that start's stream, whatever invocation id journald stamps.
         dropped: for journald's own ``Suppressed N messages from UNIT`` entry about the
             unit (``N_DROPPED``), the number of its messages journald dropped.
+        machine: the machine that logged it (journald's ``_HOSTNAME``), ``None`` when the
+            source does not say (text logs). One journal can hold several machines (a
+            ``systemd-journal-remote`` directory); ``TrackerSet`` keeps their units apart.
     """
 
     message: str
@@ -55,3 +58,4 @@ class Record(NamedTuple):
     from_manager: bool = False
     stream: str | None = None
     dropped: int | None = None
+    machine: str | None = None

@@ -363,6 +363,7 @@ class TextLogDecoder:
                 False,
                 None,
                 None,
+                None,
             ),
         )
 
@@ -431,6 +432,7 @@ class TextLogDecoder:
                 None,
                 None,
                 manager,
+                None,
                 None,
                 None,
             ),

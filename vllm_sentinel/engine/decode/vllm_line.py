@@ -133,6 +133,12 @@ _ROLE_RULES: Final[tuple[tuple[re.Pattern[str], Role], ...]] = (
 )
 
 
+# What a tqdm refresh shows (``{l_bar}{bar}| {n}/{total} [{elapsed}<{remaining}, {rate}]``,
+# vLLM's ``Loading safetensors checkpoint shards:  50% Completed | 1/2 [...]``, a bar without a
+# total ``5it [00:01, 3.2it/s]``): a segment holding one is a redraw (tqdm, every version).
+_PROGRESS: Final = re.compile(r"\d{1,3}%|\d+/\d+ \[|\d(?:it|s)/(?:s|it)\b|\d+it \[")
+
+
 def strip_ansi(text: str) -> str:
     """Remove ANSI/VT100 escape sequences (colours, cursor moves, OSC titles)."""
     return _ANSI.sub("", text) if "\x1b" in text else text
@@ -142,12 +148,18 @@ def collapse_carriage_returns(text: str) -> str:
     """Keep what a terminal would show of a line that contains ``\\r``.
 
     tqdm refreshes a bar with ``\\r``; vLLM's ``NewLineFormatter`` ends lines with ``\\r``.
-    The last non-blank segment wins; a process prefix that stood alone before the first
-    ``\\r`` (vLLM 0.10.1–0.30 prefixes only the start of a physical line) is kept in front.
+    A redraw (one of the non-blank segments is a progress bar, ``_PROGRESS``) keeps its last
+    non-blank segment; a process prefix that stood alone before the first ``\\r`` (vLLM
+    0.10.1–0.30 prefixes only the start of a physical line) is kept in front. Any other
+    ``\\r`` between text (inside an exception line: a path, a stray byte) reads as a space, so
+    that the head of the line (``ValueError: …``) is never thrown away.
     """
     if "\r" not in text:
         return text
     parts = text.split("\r")
+    shown = [part for part in parts if part.strip()]
+    if len(shown) > 1 and not any(_PROGRESS.search(part) for part in shown):
+        return " ".join([shown[0].rstrip(), *(p.strip() for p in shown[1:-1]), shown[-1].lstrip()])
     last = ""
     for part in reversed(parts):
         if part.strip():

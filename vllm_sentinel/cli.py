@@ -1,7 +1,9 @@
 """The ``vllm-sentinel`` command line (edge): builds the object graph, maps errors to exit codes.
 
-Exit codes: 0 success; 1 the daemon failed at run time; 2 bad usage, unreadable input or an
-invalid config (one line on stderr saying which).
+Exit codes: 0 success; 1 the daemon failed at run time; 2 bad usage, unreadable input, an
+invalid config or a stdout that cannot be written (one line on stderr saying which); 141 (no
+message) stdout's reader went away (``| head``), the shell's status for a writer killed by
+SIGPIPE. ``main`` handles stdout's errors once, for every command.
 
 **Start-up cost is part of the interface.** A post-mortem ``replay`` in a shell loop, or
 ``--version`` in a script, pays the import of everything this module imports. So this module
@@ -833,7 +835,9 @@ def status_command(url: str | None, cacert: str | None, user: str | None, as_jso
 WATCH_EXIT_STATUSES = (
     "Exit status: 0 every UNIT reached the --until state; 1 a followed incarnation crashed "
     "(its cause and fix hint on stderr, one line each); 3 one stalled; 4 the --timeout ran "
-    "out; 2 bad usage, or the journal cannot be read (connection, host key, journalctl)."
+    "out; 2 bad usage, the journal cannot be read (connection, host key, journalctl), or "
+    "stdout cannot be written; 130 stopped by Ctrl-C or SIGTERM; 141 stdout's reader went "
+    "away (| head), as for any command killed by SIGPIPE."
 )
 
 
@@ -1003,26 +1007,81 @@ def watch_command(
     sys.exit(result[0] if result else FORCED_EXIT_STATUS)  # stopped by a signal: 130
 
 
+BROKEN_PIPE_STATUS = 141
+"""The exit status when stdout's reader went away (``watch … | head -1``): 128 + SIGPIPE, what
+the shell reports for ``yes | head -1``; nothing is written to stderr (it is not a crash)."""
+
+OUTPUT_ERROR_STATUS = 2
+"""The exit status when stdout cannot be written (``> /dev/full``): one line on stderr."""
+
+
+def _output_failure(error: OSError) -> int:
+    """The exit status for ``error``, raised writing stdout; says so on stderr (one line) unless
+    stdout's reader went away. Points fd 1 at ``/dev/null`` so that nothing buffered fails again
+    at interpreter exit."""
+    import contextlib
+    import errno
+
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    if error.errno == errno.EPIPE:
+        return BROKEN_PIPE_STATUS
+    where = f"{error.filename}: " if error.filename else ""
+    reason = error.strerror or str(error)
+    with contextlib.suppress(OSError, ValueError):
+        print(f"vllm-sentinel: cannot write the output: {where}{reason}", file=sys.stderr)
+        sys.stderr.flush()
+    return OUTPUT_ERROR_STATUS
+
+
+def _run_cli(plan: _ExitPlan) -> int:
+    """Run the command (click's non-standalone mode, its messages kept) and return its exit
+    status; an ``OSError`` writing stdout is handled here, once, for every command."""
+    import errno
+
+    stdout = sys.stdout
+    try:
+        try:
+            code = cli.main(obj=plan, standalone_mode=False)
+        except click.ClickException as error:
+            error.show()
+            return error.exit_code
+        except click.Abort:
+            click.echo("Aborted!", err=True)
+            return 1
+        except SystemExit as done:
+            if sys.stdout is not stdout:
+                # click met EPIPE and swapped stdout for a wrapper that hides it (exit 1)
+                sys.stdout = stdout
+                return _output_failure(BrokenPipeError(errno.EPIPE, "Broken pipe"))
+            code = done.code
+            if code is not None and not isinstance(code, int):
+                print(code, file=sys.stderr)
+                code = 1
+        sys.stdout.flush()
+    except OSError as error:
+        return _output_failure(error)
+    return code if isinstance(code, int) else 0
+
+
 def main() -> None:
     """Console-script entry point.
 
-    Runs the command; when it allowed a fast exit (``_allow_fast_exit``), flushes stdout and
-    stderr and leaves with ``os._exit`` and the command's status, skipping the interpreter's
-    tear-down (freeing every object, module finalisers). Any other command exits as usual.
+    Runs the command and flushes stdout. A closed stdout (``| head``) exits
+    ``BROKEN_PIPE_STATUS`` quietly; another write error on stdout (``> /dev/full``) is one line
+    on stderr and ``OUTPUT_ERROR_STATUS``, never a traceback. When the command allowed a fast
+    exit (``_allow_fast_exit``), flushes stderr and leaves with ``os._exit`` and the command's
+    status, skipping the interpreter's tear-down (freeing every object, module finalisers).
+    Any other command exits as usual.
     """
     plan = _ExitPlan()
-    try:
-        cli.main(obj=plan)
-    except SystemExit as done:
-        if not plan.fast:
-            raise
-        code = done.code
-        if code is not None and not isinstance(code, int):
-            print(code, file=sys.stderr)
-            code = 1
-        try:
-            sys.stdout.flush()
+    code = _run_cli(plan)
+    if plan.fast:
+        import contextlib
+
+        with contextlib.suppress(OSError, ValueError):
             sys.stderr.flush()
-        except OSError:  # stdout closed early (``| head``): as Python itself reports it
-            os._exit(120)
-        os._exit(code or 0)
+        os._exit(code)
+    sys.exit(code)

@@ -1009,12 +1009,14 @@ async def run_watch(
         err(f"timed out after {format_duration(timeout_seconds)}: " + "; ".join(waiting))
         return EXIT_TIMED_OUT
     finally:
-        out.close()
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        with contextlib.suppress(Exception):
-            await target.transport.close()
+        try:
+            out.close()  # an OSError writing stdout goes to the caller, after the clean-up
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            with contextlib.suppress(Exception):
+                await target.transport.close()
 
 
 def _where(judge: WatchJudge, snapshot: Snapshot, name: str) -> str:

@@ -26,11 +26,14 @@ import os
 import stat
 import sys
 from collections.abc import Coroutine
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
 from vllm_sentinel import __version__
+
+if TYPE_CHECKING:
+    from vllm_sentinel.watch import WatchTarget
 
 __all__ = [
     "CONFIG_ENV",
@@ -41,6 +44,7 @@ __all__ = [
     "cli",
     "fetch_status",
     "main",
+    "watch_target",
 ]
 
 INPUT_FORMATS = ("auto", "json", "text")
@@ -832,6 +836,79 @@ def status_command(url: str | None, cacert: str | None, user: str | None, as_jso
     click.echo(printable(render_status(document, runbook=url.rstrip("/") + "/runbook")), nl=False)
 
 
+def watch_target(
+    host: str | None,
+    *,
+    directory: str | None = None,
+    known_hosts: str = "~/.ssh/known_hosts",
+    identities: tuple[str, ...] = (),
+    state_directory: str = "/var/lib/vllm-sentinel",
+) -> WatchTarget:
+    """The ``watch`` options → where to read the journal and GPU memory.
+
+    Without ``host``: this machine's ``journalctl``; GPU memory from this machine's NVML only
+    when the journal is this machine's own (no ``directory``): a ``--directory`` holds another
+    host's journal (journal-remote), whose GPUs this machine cannot see, and local GPU growth
+    would count as that host's progress. With ``host``: ``journalctl`` and ``nvidia-smi`` over
+    SSH. Exits 2 with one line (``_fail``) for a bad ``host``, ``identities`` without ``host``,
+    or a known_hosts file or identity that cannot be read.
+    """
+    from vllm_sentinel.config import local_host_name
+    from vllm_sentinel.watch import WatchTarget
+
+    journalctl_args = (f"--directory={directory}",) if directory else ()
+    history = os.path.join(state_directory, "history")
+    if host is None:
+        from vllm_sentinel.sources.transport import LocalTransport
+
+        if identities:
+            _fail("watch: --identity needs --host (it is the key to log in to that host with)")
+        name = local_host_name()
+        gpu = None if directory else "nvml"
+        return WatchTarget(
+            name, LocalTransport(name), journalctl_args, gpu=gpu, history_directory=history
+        )
+    from vllm_sentinel.init_config import InitConfigError, parse_ssh_target
+    from vllm_sentinel.sources.transport import SshSettings, SshTransport
+
+    try:
+        parsed = parse_ssh_target(host)
+    except InitConfigError as error:
+        _fail(f"watch: {str(error).replace('--ssh', '--host', 1)}")
+    _check_ssh_file(
+        known_hosts,
+        "known_hosts",
+        "(add the host's key there after checking its fingerprint, or name another file "
+        "with --known-hosts)",
+    )
+    for identity in identities:
+        _check_ssh_file(identity, "identity", "(name a private key with --identity)")
+    settings = SshSettings(
+        address=parsed.address,
+        port=parsed.port,
+        user=parsed.user,
+        client_keys=identities,
+        known_hosts=known_hosts,
+    )
+    return WatchTarget(
+        parsed.name,
+        SshTransport(parsed.name, settings),
+        journalctl_args,
+        gpu="nvidia-smi",
+        history_directory=history,
+    )
+
+
+def _check_ssh_file(path: str, what: str, way_out: str) -> None:
+    """Exit 2 with one line when the SSH file ``path`` (``~`` expanded) cannot be read."""
+    full = os.path.expanduser(path)
+    try:
+        with open(full, "rb"):
+            pass
+    except OSError as error:
+        _fail(f"watch: cannot read {what} {full}: {_os_reason(error)} {way_out}")
+
+
 WATCH_EXIT_STATUSES = (
     "Exit status: 0 every UNIT reached the --until state; 1 a followed incarnation crashed "
     "(its cause and fix hint on stderr, one line each); 3 one stalled; 4 the --timeout ran "
@@ -913,14 +990,13 @@ def watch_command(
     """
     import asyncio
 
-    from vllm_sentinel.config import local_host_name, validate_unit_pattern
+    from vllm_sentinel.config import validate_unit_pattern
     from vllm_sentinel.watch import (
         JsonOutput,
         LineOutput,
         LiveOutput,
         WatchJudge,
         WatchOutput,
-        WatchTarget,
         parse_duration,
         parse_until,
         run_watch,
@@ -942,40 +1018,13 @@ def watch_command(
     except ValueError as error:
         _fail(f"watch: {error}")
     _setup_logging("console", "error")
-    journalctl_args = (f"--directory={directory}",) if directory else ()
-    if host is None:
-        from vllm_sentinel.sources.transport import LocalTransport
-
-        name = local_host_name()
-        target = WatchTarget(
-            name,
-            LocalTransport(name),
-            journalctl_args,
-            gpu="nvml",
-            history_directory=os.path.join(state_directory, "history"),
-        )
-    else:
-        from vllm_sentinel.init_config import InitConfigError, parse_ssh_target
-        from vllm_sentinel.sources.transport import SshSettings, SshTransport
-
-        try:
-            parsed = parse_ssh_target(host)
-        except InitConfigError as error:
-            _fail(f"watch: {str(error).replace('--ssh', '--host', 1)}")
-        settings = SshSettings(
-            address=parsed.address,
-            port=parsed.port,
-            user=parsed.user,
-            client_keys=identities,
-            known_hosts=known_hosts,
-        )
-        target = WatchTarget(
-            parsed.name,
-            SshTransport(parsed.name, settings),
-            journalctl_args,
-            gpu="nvidia-smi",
-            history_directory=os.path.join(state_directory, "history"),
-        )
+    target = watch_target(
+        host,
+        directory=directory,
+        known_hosts=known_hosts,
+        identities=identities,
+        state_directory=state_directory,
+    )
 
     def output(judge: WatchJudge) -> WatchOutput:
         if as_json:

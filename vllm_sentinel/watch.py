@@ -882,6 +882,34 @@ class _UnreadableError(Exception):
     """The journal cannot be read: one line for stderr."""
 
 
+def _transport_words(error: TransportError) -> str:
+    """A transport failure in the CLI's words: ``connection refused``, ``connection timed
+    out``, a host key's own sentence; never a Python exception's name and repr."""
+    import errno as errnos
+    import os
+    import socket
+
+    cause = error.__cause__
+    while cause is not None and not isinstance(cause, OSError) and cause.__cause__ is not None:
+        cause = cause.__cause__
+    if isinstance(cause, TimeoutError) and not cause.errno:
+        return f"cannot connect: no answer within the connect timeout ({error.reason})"
+    if isinstance(cause, socket.gaierror):
+        return f"cannot resolve the host name: {(cause.strerror or str(cause)).lower()}"
+    if isinstance(cause, OSError) and cause.errno and not isinstance(cause, FileNotFoundError):
+        words = os.strerror(cause.errno).lower()
+        if cause.errno == errnos.ECONNREFUSED:
+            words += " (nothing listens on that port: check --host's port, and that sshd runs)"
+        return f"cannot connect: {words}"
+    detail = error.detail or error.reason.replace("_", " ")
+    name = type(cause).__name__ if cause is not None else ""
+    if name and detail.startswith(f"{name}: "):
+        detail = detail[len(name) + 2 :]
+    if error.reason == "ssh_connect_failed":
+        return f"cannot connect: {detail[:1].lower()}{detail[1:]}"
+    return detail
+
+
 async def _preflight(target: WatchTarget) -> None:
     """Read one entry of the journal, so that a connection, host-key or journalctl failure is
     one line and exit 2 now, not a retry loop until the timeout."""
@@ -889,7 +917,7 @@ async def _preflight(target: WatchTarget) -> None:
     try:
         output = await target.transport.run(argv, _PREFLIGHT_TIMEOUT_SECONDS)
     except TransportError as error:
-        detail = error.detail or error.reason.replace("_", " ")
+        detail = _transport_words(error)
         raise _UnreadableError(f"cannot read the journal of {target.host}: {detail}") from error
     if not output.strip():
         raise _UnreadableError(

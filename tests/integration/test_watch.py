@@ -481,3 +481,95 @@ async def test_gpu_memory_per_gpu_and_its_growth(journal_writer: JournalWriter) 
         {"0": 20 * GIB},
         10 * GIB,
     )
+
+
+class TestWatchErrorsInWords:
+    """Connection and file errors are the CLI's words (one line, exit 2), never a Python
+    exception's name and repr."""
+
+    def _run(self, *args: str, home: Path | None = None) -> tuple[int, str]:
+        env = {**os.environ, "HOME": str(home)} if home is not None else None
+        result = subprocess.run(
+            [*CLI, UNIT, "--timeout=30s", *args],
+            capture_output=True,
+            timeout=WAIT_SECONDS,
+            check=False,
+            env=env,
+        )
+        assert result.stdout == b""
+        return result.returncode, result.stderr.decode()
+
+    def test_a_missing_known_hosts(self, tmp_path: Path) -> None:
+        status, stderr = self._run("--host=127.0.0.1", home=tmp_path)
+        path = tmp_path / ".ssh" / "known_hosts"
+        assert (status, stderr) == (
+            2,
+            f"vllm-sentinel: watch: cannot read known_hosts {path}: no such file or directory "
+            "(add the host's key there after checking its fingerprint, or name another file "
+            "with --known-hosts)\n",
+        )
+
+    def test_a_missing_identity(self, tmp_path: Path) -> None:
+        known = tmp_path / "known_hosts"
+        known.write_text("")
+        missing = tmp_path / "absent_key"
+        status, stderr = self._run(
+            "--host=127.0.0.1", f"--known-hosts={known}", f"--identity={missing}"
+        )
+        assert (status, stderr) == (
+            2,
+            f"vllm-sentinel: watch: cannot read identity {missing}: no such file or directory "
+            "(name a private key with --identity)\n",
+        )
+
+    def test_identity_without_host_is_a_usage_error(self, tmp_path: Path) -> None:
+        key = tmp_path / "key"
+        key.write_text("")
+        assert self._run(f"--identity={key}") == (
+            2,
+            "vllm-sentinel: watch: --identity needs --host (it is the key to log in to that "
+            "host with)\n",
+        )
+
+    def test_connection_refused(self, tmp_path: Path) -> None:
+        from tests.support.daemon import free_port
+
+        known = tmp_path / "known_hosts"
+        known.write_text("")
+        port = free_port()  # nothing listens there
+        status, stderr = self._run(f"--host=127.0.0.1:{port}", f"--known-hosts={known}")
+        assert (status, stderr) == (
+            2,
+            "vllm-sentinel: cannot read the journal of 127.0.0.1: cannot connect: connection "
+            "refused (nothing listens on that port: check --host's port, and that sshd runs)\n",
+        )
+
+
+class TestWatchTarget:
+    """Which journal and which GPUs ``watch``'s options mean."""
+
+    def test_a_directory_is_another_hosts_journal_so_no_local_gpu(self, tmp_path: Path) -> None:
+        """--directory without --host: journal-remote files of another host; this machine's
+        NVML would show the wrong GPUs (and its growth would count as progress)."""
+        from vllm_sentinel.cli import watch_target
+
+        target = watch_target(None, directory=str(tmp_path), state_directory=str(tmp_path))
+        assert (target.gpu, target.journalctl_args) == (None, (f"--directory={tmp_path}",))
+        assert target.history_directory == str(tmp_path / "history")
+
+    def test_this_machines_journal_uses_its_nvml(self, tmp_path: Path) -> None:
+        from vllm_sentinel.cli import watch_target
+
+        target = watch_target(None, state_directory=str(tmp_path))
+        assert (target.gpu, target.journalctl_args) == ("nvml", ())
+
+    def test_a_host_uses_its_nvidia_smi(self, tmp_path: Path) -> None:
+        from vllm_sentinel.cli import watch_target
+
+        known = tmp_path / "known_hosts"
+        known.write_text("")
+        target = watch_target(
+            "ops@gpu-7:2222", directory="/var/log/journal/remote", known_hosts=str(known)
+        )
+        assert (target.host, target.gpu) == ("gpu-7", "nvidia-smi")
+        assert target.journalctl_args == ("--directory=/var/log/journal/remote",)

@@ -455,19 +455,23 @@ def check_config_command(path: str) -> None:
     """Validate a config file (every bad key reported at once, exit 2).
 
     A file that cannot be read (missing, a directory, no permission) is one line and exit 2;
-    so is an invalid one, its message naming the file. Warnings (a file the daemon reads
-    later, a state directory this user cannot write) leave the exit status 0.
+    so is an invalid one, its message naming the file, and a state directory run would refuse
+    (run's words). Warnings (a file the daemon reads later, a state directory this
+    unprivileged user is denied: the service's user may be allowed) leave the exit status 0.
     """
     from vllm_sentinel.config import check_config
-    from vllm_sentinel.errors import ConfigError
+    from vllm_sentinel.errors import ConfigError, StateDirectoryError
 
     _allow_fast_exit()
     _check_config_readable(path)
     try:
-        for line in check_config(path):
-            click.echo(line)
+        lines = check_config(path)
     except ConfigError as error:
         _fail(_in_file(path, error))
+    except StateDirectoryError as error:
+        _fail(str(error))  # run's words, as run says them
+    for line in lines:
+        click.echo(line)
 
 
 @cli.command("init-config")

@@ -389,9 +389,15 @@ class WatchJudge:
         if state.done and self.until.word == "settled":
             return events  # it settled (stopped): what comes next is another start's
         if current.outcome in (Outcome.STOPPED, Outcome.CRASHED):
+            # ended before the watch followed it: a clean stop is settled ("ready, or stopped
+            # cleanly"); otherwise wait for the next start (a restart may be on its way)
+            settled = current.outcome is Outcome.STOPPED and self.until.word == "settled"
             if state.ended_ident != _ident(current):
                 state.ended_ident = _ident(current)
-                events.append(self._waiting_after(unit, current, host, snapshot))
+                events.append(
+                    self._waiting_after(unit, current, host, snapshot, waiting=not settled)
+                )
+            state.done = state.done or settled
             return events
         events += self._follow(unit, current, host, state, snapshot)
         return events + self._judge_followed(unit, current, host, state, snapshot)
@@ -474,7 +480,8 @@ class WatchJudge:
             )
             return events
         if followed.outcome is Outcome.STOPPED:
-            events.append(self._waiting_after(unit, followed, host, snapshot))
+            settled = self.until.word == "settled"
+            events.append(self._waiting_after(unit, followed, host, snapshot, waiting=not settled))
             state.ended_ident = _ident(followed)
             state.ident = None
             state.phase = None
@@ -551,9 +558,12 @@ class WatchJudge:
         ended: IncarnationSnapshot,
         host: HostSnapshot | None,
         snapshot: Snapshot,
+        *,
+        waiting: bool = True,
     ) -> WatchEvent:
-        """The unit's newest incarnation has ended before the watch followed it: say how, and
-        wait for the next one."""
+        """The unit's newest incarnation has ended (before the watch followed it, or a clean
+        stop of the followed one): say how; ``waiting``: the watch waits for the next start
+        (not when a clean stop settles it)."""
         fields: dict[str, Any] = {
             "invocation_id": ended.id,
             "outcome": ended.outcome.value,
@@ -564,7 +574,7 @@ class WatchJudge:
         kind = "stopped" if ended.outcome is Outcome.STOPPED else "previous_crash"
         if kind == "previous_crash":
             return self._event(kind, unit.unit, snapshot, **fields["crash"], waiting=True)
-        return self._event(kind, unit.unit, snapshot, **fields, waiting=True)
+        return self._event(kind, unit.unit, snapshot, **fields, waiting=waiting)
 
     def _progress_event(
         self,
@@ -673,7 +683,9 @@ def event_text(event: WatchEvent) -> str:
             + f" — hint: {f.get('hint')} (runbook: {f.get('runbook')}){wait}"
         )
     if event.event == "stopped":
-        return f"incarnation {short} stopped; waiting for the next start"
+        return f"incarnation {short} stopped" + (
+            "; waiting for the next start" if f.get("waiting") else " (settled)"
+        )
     if event.event == "phase":
         return f"phase {f.get('phase')}" + (
             f" (after {f['previous_phase']})" if f.get("previous_phase") else ""
@@ -691,6 +703,8 @@ def event_text(event: WatchEvent) -> str:
         return "ready" + (f" after {format_duration(took)}" if took is not None else "")
     if event.event == "reached":
         return f"reached {f.get('phase')}"
+    if event.event == "timed_out":
+        return f"timed out: {f.get('state')}"
     return event.event
 
 
@@ -1024,9 +1038,7 @@ async def run_watch(
                     err(line)
                 return judge.verdict.status
         snapshot = monitor.publish()
-        waiting = [
-            f"{event_unit}: {_where(judge, snapshot, event_unit)}" for event_unit in judge.units
-        ]
+        waiting = [_where(judge, snapshot, event_unit) for event_unit in judge.units]
         out.events(
             [
                 WatchEvent("timed_out", target.host, unit, snapshot.at, {"state": text})
@@ -1034,7 +1046,10 @@ async def run_watch(
             ],
             snapshot,
         )
-        err(f"timed out after {format_duration(timeout_seconds)}: " + "; ".join(waiting))
+        err(
+            f"timed out after {format_duration(timeout_seconds)}: "
+            + "; ".join(f"{unit}: {text}" for unit, text in zip(judge.units, waiting, strict=True))
+        )
         return EXIT_TIMED_OUT
     finally:
         try:
@@ -1051,9 +1066,18 @@ def _where(judge: WatchJudge, snapshot: Snapshot, name: str) -> str:
     host = next((item for item in snapshot.hosts if item.host == judge.host), None)
     unit = next((item for item in host.units if item.unit == name), None) if host else None
     followed = judge.followed(unit) if unit is not None else None
-    if followed is None:
+    if followed is not None:
+        return f"{followed.phase.value} (incarnation {(followed.id or '?')[:12]})"
+    last = unit.current if unit is not None else None
+    if last is None or last.outcome is Outcome.RUNNING:
         return "no start seen"
-    return f"{followed.phase.value} (incarnation {(followed.id or '?')[:12]})"
+    short = (last.id or "?")[:12]
+    if last.crash is not None:
+        crash = last.crash
+        how = f"crashed during {crash.phase.value}: cause {crash.cause.value}"
+    else:
+        how = last.outcome.value
+    return f"last start {short} {how}, no new start"
 
 
 def _gpu_poller(target: WatchTarget) -> GpuPoller | None:

@@ -24,7 +24,10 @@ import orjson
 import pytest
 
 from tests.support.journal_writer import (
+    MESSAGE_ID_STOPPED,
+    MESSAGE_ID_STOPPING,
     JournalWriter,
+    manager_line,
     other_unit_line,
     service_line,
     to_realtime_us,
@@ -84,6 +87,16 @@ def _crash(invocation: str, started: datetime, pid: int) -> list[dict]:
         _raw(invocation, started, 20, '  File "/opt/vllm/worker.py", line 1, in load_model', pid),
         _raw(invocation, started, 20, OOM, pid),
         *unit_failed(UNIT, invocation, to_realtime_us(started + timedelta(seconds=21))),
+    ]
+
+
+def _stop(invocation: str, started: datetime, seconds: float) -> list[dict]:
+    """systemd stops the unit cleanly (``systemctl stop``)."""
+    when = to_realtime_us(started + timedelta(seconds=seconds))
+    return [
+        manager_line(UNIT, invocation, f"Stopping {UNIT} - vLLM...", MESSAGE_ID_STOPPING, when),
+        manager_line(UNIT, invocation, f"{UNIT}: Deactivated successfully.", None, when),
+        manager_line(UNIT, invocation, f"Stopped {UNIT} - vLLM.", MESSAGE_ID_STOPPED, when + 1),
     ]
 
 
@@ -320,6 +333,51 @@ class TestWatchOnJournalFiles:
             f"vllm-sentinel: timed out after 2s: {UNIT}: loading_weights (incarnation {B[:12]})\n"
         )
         assert orjson.loads(lines[-1])["event"] == "timed_out"
+
+    def test_until_settled_on_a_unit_already_stopped_cleanly_exits_0(
+        self, journal_writer: JournalWriter, tmp_path: Path
+    ) -> None:
+        """B stopped cleanly before the watch started: --until settled ("ready, or stopped
+        cleanly") is reached at once, exit 0 (it waited for a next start until the timeout)."""
+        b_started = datetime.now(UTC) - timedelta(minutes=5)
+        journal_writer.write_readable(
+            [
+                other_unit_line(to_realtime_us(b_started) - 1),
+                *_start(B, b_started, 4200),
+                *_ready(B, b_started, 4200),
+                *_stop(B, b_started, 120),
+            ]
+        )
+        args = _args(journal_writer, tmp_path, "--until=settled", "--timeout=60s", "--json")
+        with watching(args) as watch:
+            status, lines, stderr = watch.finish()
+        assert (status, stderr) == (0, "")
+        events = [orjson.loads(line) for line in lines]
+        stopped = [event for event in events if event["event"] == "stopped"]
+        assert [(event["invocation_id"], event["outcome"]) for event in stopped] == [(B, "stopped")]
+        assert not [event for event in events if event["event"] == "timed_out"]
+
+    def test_a_crash_before_the_watch_with_no_new_start_says_so_at_the_timeout(
+        self, journal_writer: JournalWriter, tmp_path: Path
+    ) -> None:
+        """B crashed before the watch started and nothing restarts it: the watch waits for a
+        next start (a restart may be on its way) and at the timeout (exit 4) says the last start
+        crashed, with its cause, not "no start seen"."""
+        b_started = datetime.now(UTC) - timedelta(minutes=5)
+        journal_writer.write_readable(
+            [
+                other_unit_line(to_realtime_us(b_started) - 1),
+                *_start(B, b_started, 4200),
+                *_crash(B, b_started, 4200),
+            ]
+        )
+        with watching(_args(journal_writer, tmp_path, "--timeout=3s", "--json")) as watch:
+            status, lines, stderr = watch.finish()
+        assert status == 4
+        state = f"last start {B[:12]} crashed during loading_weights: cause cuda_oom, no new start"
+        assert stderr == f"vllm-sentinel: timed out after 3s: {UNIT}: {state}\n"
+        last = orjson.loads(lines[-1])
+        assert (last["event"], last["state"]) == ("timed_out", state)
 
     def test_ctrl_c_stops_it_with_130(self, journal_writer: JournalWriter, tmp_path: Path) -> None:
         """SIGINT while following: it stops at once, exit 130, nothing on stderr."""

@@ -41,6 +41,7 @@ __all__ = [
     "INPUT_FORMATS",
     "PASSWORD_ENV",
     "WATCH_EXIT_STATUSES",
+    "WATCH_PHASES",
     "cli",
     "fetch_status",
     "main",
@@ -913,6 +914,19 @@ def _check_ssh_file(path: str, what: str, way_out: str) -> None:
         _fail(f"watch: cannot read {what} {full}: {_os_reason(error)} {way_out}")
 
 
+WATCH_PHASES = (
+    "starting",
+    "initializing",
+    "loading_weights",
+    "compiling",
+    "profiling_kv_cache",
+    "capturing_cuda_graphs",
+    "starting_api_server",
+)
+"""``watch --until PHASE`` choices besides ``ready`` and ``settled``: the startup phases, spelled
+out here so that ``--help`` does not import the engine (a test keeps them equal to
+``watch.parse_until``'s)."""
+
 WATCH_EXIT_STATUSES = (
     "Exit status: 0 every UNIT reached the --until state; 1 a followed incarnation crashed "
     "(its cause and fix hint on stderr, one line each); 3 one stalled; 4 the --timeout ran "
@@ -955,7 +969,10 @@ WATCH_EXIT_STATUSES = (
     default="ready",
     show_default=True,
     metavar="ready|settled|PHASE",
-    help="Stop when every UNIT is ready, settled (ready or stopped), or reached PHASE.",
+    help=(
+        "Stop when every UNIT is ready, settled (ready or stopped cleanly), or reached PHASE "
+        f"(or a later one): {', '.join(WATCH_PHASES)}."
+    ),
 )
 @click.option(
     "--timeout",
@@ -1008,11 +1025,18 @@ def watch_command(
 
     names = []
     for unit in units:
+        if not unit.strip():
+            _fail("watch: an empty UNIT: name the unit to follow (vllm-kimi, vllm@a.service)")
+        if any(char in unit for char in "*?["):
+            _fail(f"watch: {unit!r}: name the units to follow (no globs)")
         name = unit if "." in unit.rsplit("@", 1)[-1] else f"{unit}.service"
         try:
             validate_unit_pattern(name)
         except ValueError as error:
-            _fail(f"watch: {error}")
+            # the name as typed, and no word of globs (watch takes none)
+            head = f"{name!r} is not a valid systemd unit name or glob"
+            words = str(error).replace(head, f"{unit!r} is not a valid systemd unit name", 1)
+            _fail("watch: " + words.replace(", with '*?[]' for globs", ""))
         if any(char in name for char in "*?["):
             _fail(f"watch: {unit!r}: name the units to follow (no globs)")
         names.append(name)

@@ -94,6 +94,7 @@ __all__ = [
     "parse_config",
     "parse_listen_address",
     "parse_shard",
+    "run_state_directory",
     "shard_of",
     "validate_unit_pattern",
 ]

@@ -603,6 +603,26 @@ class TestWatchErrorsInWords:
         )
 
 
+@pytest.mark.parametrize(
+    ("unit", "said"),
+    [
+        ("", "an empty UNIT: name the unit to follow (vllm-kimi, vllm@a.service)"),
+        (
+            "a b",
+            "'a b' is not a valid systemd unit name: whitespace is not allowed (use letters, "
+            "digits and ':-_.\\@')",
+        ),
+        ("vllm*", "'vllm*': name the units to follow (no globs)"),
+    ],
+    ids=["empty", "space", "glob"],
+)
+def test_a_unit_name_watch_refuses_is_said_as_typed(unit: str, said: str) -> None:
+    """The name as the user typed it (not 'a b.service'), and no word of globs."""
+    result = subprocess.run([*CLI, unit], capture_output=True, timeout=60, check=False)
+    assert (result.returncode, result.stdout) == (2, b"")
+    assert result.stderr.decode() == f"vllm-sentinel: watch: {said}\n"
+
+
 class TestWatchTarget:
     """Which journal and which GPUs ``watch``'s options mean."""
 

@@ -92,3 +92,14 @@ def test_watch_to_a_closed_pipe_is_141_and_quiet(
 @pytest.mark.parametrize("extra", [(), ("--json",)], ids=["lines", "json"])
 def test_watch_to_a_full_disk(journal_writer: JournalWriter, extra: tuple[str, ...]) -> None:
     assert _to_dev_full("watch", *_journal(journal_writer), *extra) == (2, FULL)
+
+
+@pytest.mark.parametrize("extra", [(), ("--json",)], ids=["text", "json"])
+def test_status_to_a_full_disk_and_to_a_closed_pipe(extra: tuple[str, ...]) -> None:
+    """``status`` against a real exporter: /dev/full is one line and 2, a closed pipe 141."""
+    from tests.integration.test_cli import _exporter
+
+    with _exporter(None, users=False) as url:
+        full = _to_dev_full("status", "--url", url, *extra)
+        closed = _to_closed_pipe("status", "--url", url, *extra)
+    assert (full, closed) == ((2, FULL), (141, ""))

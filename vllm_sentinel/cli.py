@@ -1,7 +1,9 @@
 """The ``vllm-sentinel`` command line (edge): builds the object graph, maps errors to exit codes.
 
-Exit codes: 0 success; 1 the daemon failed at run time; 2 bad usage, unreadable input or an
-invalid config (one line on stderr saying which).
+Exit codes: 0 success; 1 the daemon failed at run time; 2 bad usage, unreadable input, an
+invalid config or a stdout that cannot be written (one line on stderr saying which); 141 (no
+message) stdout's reader went away (``| head``), the shell's status for a writer killed by
+SIGPIPE. ``main`` handles stdout's errors once, for every command.
 
 **Start-up cost is part of the interface.** A post-mortem ``replay`` in a shell loop, or
 ``--version`` in a script, pays the import of everything this module imports. So this module
@@ -24,11 +26,14 @@ import os
 import stat
 import sys
 from collections.abc import Coroutine
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
 from vllm_sentinel import __version__
+
+if TYPE_CHECKING:
+    from vllm_sentinel.watch import WatchTarget
 
 __all__ = [
     "CONFIG_ENV",
@@ -36,9 +41,11 @@ __all__ = [
     "INPUT_FORMATS",
     "PASSWORD_ENV",
     "WATCH_EXIT_STATUSES",
+    "WATCH_PHASES",
     "cli",
     "fetch_status",
     "main",
+    "watch_target",
 ]
 
 INPUT_FORMATS = ("auto", "json", "text")
@@ -449,19 +456,23 @@ def check_config_command(path: str) -> None:
     """Validate a config file (every bad key reported at once, exit 2).
 
     A file that cannot be read (missing, a directory, no permission) is one line and exit 2;
-    so is an invalid one, its message naming the file. Warnings (a file the daemon reads
-    later, a state directory this user cannot write) leave the exit status 0.
+    so is an invalid one, its message naming the file, and a state directory run would refuse
+    (run's words). Warnings (a file the daemon reads later, a state directory this
+    unprivileged user is denied: the service's user may be allowed) leave the exit status 0.
     """
     from vllm_sentinel.config import check_config
-    from vllm_sentinel.errors import ConfigError
+    from vllm_sentinel.errors import ConfigError, StateDirectoryError
 
     _allow_fast_exit()
     _check_config_readable(path)
     try:
-        for line in check_config(path):
-            click.echo(line)
+        lines = check_config(path)
     except ConfigError as error:
         _fail(_in_file(path, error))
+    except StateDirectoryError as error:
+        _fail(str(error))  # run's words, as run says them
+    for line in lines:
+        click.echo(line)
 
 
 @cli.command("init-config")
@@ -830,10 +841,98 @@ def status_command(url: str | None, cacert: str | None, user: str | None, as_jso
     click.echo(printable(render_status(document, runbook=url.rstrip("/") + "/runbook")), nl=False)
 
 
+def watch_target(
+    host: str | None,
+    *,
+    directory: str | None = None,
+    known_hosts: str = "~/.ssh/known_hosts",
+    identities: tuple[str, ...] = (),
+    state_directory: str = "/var/lib/vllm-sentinel",
+) -> WatchTarget:
+    """The ``watch`` options → where to read the journal and GPU memory.
+
+    Without ``host``: this machine's ``journalctl``; GPU memory from this machine's NVML only
+    when the journal is this machine's own (no ``directory``): a ``--directory`` holds another
+    host's journal (journal-remote), whose GPUs this machine cannot see, and local GPU growth
+    would count as that host's progress. With ``host``: ``journalctl`` and ``nvidia-smi`` over
+    SSH. Exits 2 with one line (``_fail``) for a bad ``host``, ``identities`` without ``host``,
+    or a known_hosts file or identity that cannot be read.
+    """
+    from vllm_sentinel.config import local_host_name
+    from vllm_sentinel.watch import WatchTarget
+
+    journalctl_args = (f"--directory={directory}",) if directory else ()
+    history = os.path.join(state_directory, "history")
+    if host is None:
+        from vllm_sentinel.sources.transport import LocalTransport
+
+        if identities:
+            _fail("watch: --identity needs --host (it is the key to log in to that host with)")
+        name = local_host_name()
+        gpu = None if directory else "nvml"
+        return WatchTarget(
+            name, LocalTransport(name), journalctl_args, gpu=gpu, history_directory=history
+        )
+    from vllm_sentinel.init_config import InitConfigError, parse_ssh_target
+    from vllm_sentinel.sources.transport import SshSettings, SshTransport
+
+    try:
+        parsed = parse_ssh_target(host)
+    except InitConfigError as error:
+        _fail(f"watch: {str(error).replace('--ssh', '--host', 1)}")
+    _check_ssh_file(
+        known_hosts,
+        "known_hosts",
+        "(add the host's key there after checking its fingerprint, or name another file "
+        "with --known-hosts)",
+    )
+    for identity in identities:
+        _check_ssh_file(identity, "identity", "(name a private key with --identity)")
+    settings = SshSettings(
+        address=parsed.address,
+        port=parsed.port,
+        user=parsed.user,
+        client_keys=identities,
+        known_hosts=known_hosts,
+    )
+    return WatchTarget(
+        parsed.name,
+        SshTransport(parsed.name, settings),
+        journalctl_args,
+        gpu="nvidia-smi",
+        history_directory=history,
+    )
+
+
+def _check_ssh_file(path: str, what: str, way_out: str) -> None:
+    """Exit 2 with one line when the SSH file ``path`` (``~`` expanded) cannot be read."""
+    full = os.path.expanduser(path)
+    try:
+        with open(full, "rb"):
+            pass
+    except OSError as error:
+        _fail(f"watch: cannot read {what} {full}: {_os_reason(error)} {way_out}")
+
+
+WATCH_PHASES = (
+    "starting",
+    "initializing",
+    "loading_weights",
+    "compiling",
+    "profiling_kv_cache",
+    "capturing_cuda_graphs",
+    "starting_api_server",
+)
+"""``watch --until PHASE`` choices besides ``ready`` and ``settled``: the startup phases, spelled
+out here so that ``--help`` does not import the engine (a test keeps them equal to
+``watch.parse_until``'s)."""
+
 WATCH_EXIT_STATUSES = (
     "Exit status: 0 every UNIT reached the --until state; 1 a followed incarnation crashed "
     "(its cause and fix hint on stderr, one line each); 3 one stalled; 4 the --timeout ran "
-    "out; 2 bad usage, or the journal cannot be read (connection, host key, journalctl)."
+    "out; 2 bad usage, the journal cannot be read (connection, host key, journalctl), or "
+    "stdout cannot be written; 130 stopped by Ctrl-C or SIGTERM; 141 stdout's reader went "
+    "away (| head), as for any command killed by SIGPIPE."
 )
 
 
@@ -870,7 +969,10 @@ WATCH_EXIT_STATUSES = (
     default="ready",
     show_default=True,
     metavar="ready|settled|PHASE",
-    help="Stop when every UNIT is ready, settled (ready or stopped), or reached PHASE.",
+    help=(
+        "Stop when every UNIT is ready, settled (ready or stopped cleanly), or reached PHASE "
+        f"(or a later one): {', '.join(WATCH_PHASES)}."
+    ),
 )
 @click.option(
     "--timeout",
@@ -909,14 +1011,13 @@ def watch_command(
     """
     import asyncio
 
-    from vllm_sentinel.config import local_host_name, validate_unit_pattern
+    from vllm_sentinel.config import validate_unit_pattern
     from vllm_sentinel.watch import (
         JsonOutput,
         LineOutput,
         LiveOutput,
         WatchJudge,
         WatchOutput,
-        WatchTarget,
         parse_duration,
         parse_until,
         run_watch,
@@ -924,11 +1025,18 @@ def watch_command(
 
     names = []
     for unit in units:
+        if not unit.strip():
+            _fail("watch: an empty UNIT: name the unit to follow (vllm-kimi, vllm@a.service)")
+        if any(char in unit for char in "*?["):
+            _fail(f"watch: {unit!r}: name the units to follow (no globs)")
         name = unit if "." in unit.rsplit("@", 1)[-1] else f"{unit}.service"
         try:
             validate_unit_pattern(name)
         except ValueError as error:
-            _fail(f"watch: {error}")
+            # the name as typed, and no word of globs (watch takes none)
+            head = f"{name!r} is not a valid systemd unit name or glob"
+            words = str(error).replace(head, f"{unit!r} is not a valid systemd unit name", 1)
+            _fail("watch: " + words.replace(", with '*?[]' for globs", ""))
         if any(char in name for char in "*?["):
             _fail(f"watch: {unit!r}: name the units to follow (no globs)")
         names.append(name)
@@ -938,40 +1046,13 @@ def watch_command(
     except ValueError as error:
         _fail(f"watch: {error}")
     _setup_logging("console", "error")
-    journalctl_args = (f"--directory={directory}",) if directory else ()
-    if host is None:
-        from vllm_sentinel.sources.transport import LocalTransport
-
-        name = local_host_name()
-        target = WatchTarget(
-            name,
-            LocalTransport(name),
-            journalctl_args,
-            gpu="nvml",
-            history_directory=os.path.join(state_directory, "history"),
-        )
-    else:
-        from vllm_sentinel.init_config import InitConfigError, parse_ssh_target
-        from vllm_sentinel.sources.transport import SshSettings, SshTransport
-
-        try:
-            parsed = parse_ssh_target(host)
-        except InitConfigError as error:
-            _fail(f"watch: {str(error).replace('--ssh', '--host', 1)}")
-        settings = SshSettings(
-            address=parsed.address,
-            port=parsed.port,
-            user=parsed.user,
-            client_keys=identities,
-            known_hosts=known_hosts,
-        )
-        target = WatchTarget(
-            parsed.name,
-            SshTransport(parsed.name, settings),
-            journalctl_args,
-            gpu="nvidia-smi",
-            history_directory=os.path.join(state_directory, "history"),
-        )
+    target = watch_target(
+        host,
+        directory=directory,
+        known_hosts=known_hosts,
+        identities=identities,
+        state_directory=state_directory,
+    )
 
     def output(judge: WatchJudge) -> WatchOutput:
         if as_json:
@@ -1003,26 +1084,81 @@ def watch_command(
     sys.exit(result[0] if result else FORCED_EXIT_STATUS)  # stopped by a signal: 130
 
 
+BROKEN_PIPE_STATUS = 141
+"""The exit status when stdout's reader went away (``watch … | head -1``): 128 + SIGPIPE, what
+the shell reports for ``yes | head -1``; nothing is written to stderr (it is not a crash)."""
+
+OUTPUT_ERROR_STATUS = 2
+"""The exit status when stdout cannot be written (``> /dev/full``): one line on stderr."""
+
+
+def _output_failure(error: OSError) -> int:
+    """The exit status for ``error``, raised writing stdout; says so on stderr (one line) unless
+    stdout's reader went away. Points fd 1 at ``/dev/null`` so that nothing buffered fails again
+    at interpreter exit."""
+    import contextlib
+    import errno
+
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    if error.errno == errno.EPIPE:
+        return BROKEN_PIPE_STATUS
+    where = f"{error.filename}: " if error.filename else ""
+    reason = error.strerror or str(error)
+    with contextlib.suppress(OSError, ValueError):
+        print(f"vllm-sentinel: cannot write the output: {where}{reason}", file=sys.stderr)
+        sys.stderr.flush()
+    return OUTPUT_ERROR_STATUS
+
+
+def _run_cli(plan: _ExitPlan) -> int:
+    """Run the command (click's non-standalone mode, its messages kept) and return its exit
+    status; an ``OSError`` writing stdout is handled here, once, for every command."""
+    import errno
+
+    stdout = sys.stdout
+    try:
+        try:
+            code = cli.main(obj=plan, standalone_mode=False)
+        except click.ClickException as error:
+            error.show()
+            return error.exit_code
+        except click.Abort:
+            click.echo("Aborted!", err=True)
+            return 1
+        except SystemExit as done:
+            if sys.stdout is not stdout:
+                # click met EPIPE and swapped stdout for a wrapper that hides it (exit 1)
+                sys.stdout = stdout
+                return _output_failure(BrokenPipeError(errno.EPIPE, "Broken pipe"))
+            code = done.code
+            if code is not None and not isinstance(code, int):
+                print(code, file=sys.stderr)
+                code = 1
+        sys.stdout.flush()
+    except OSError as error:
+        return _output_failure(error)
+    return code if isinstance(code, int) else 0
+
+
 def main() -> None:
     """Console-script entry point.
 
-    Runs the command; when it allowed a fast exit (``_allow_fast_exit``), flushes stdout and
-    stderr and leaves with ``os._exit`` and the command's status, skipping the interpreter's
-    tear-down (freeing every object, module finalisers). Any other command exits as usual.
+    Runs the command and flushes stdout. A closed stdout (``| head``) exits
+    ``BROKEN_PIPE_STATUS`` quietly; another write error on stdout (``> /dev/full``) is one line
+    on stderr and ``OUTPUT_ERROR_STATUS``, never a traceback. When the command allowed a fast
+    exit (``_allow_fast_exit``), flushes stderr and leaves with ``os._exit`` and the command's
+    status, skipping the interpreter's tear-down (freeing every object, module finalisers).
+    Any other command exits as usual.
     """
     plan = _ExitPlan()
-    try:
-        cli.main(obj=plan)
-    except SystemExit as done:
-        if not plan.fast:
-            raise
-        code = done.code
-        if code is not None and not isinstance(code, int):
-            print(code, file=sys.stderr)
-            code = 1
-        try:
-            sys.stdout.flush()
+    code = _run_cli(plan)
+    if plan.fast:
+        import contextlib
+
+        with contextlib.suppress(OSError, ValueError):
             sys.stderr.flush()
-        except OSError:  # stdout closed early (``| head``): as Python itself reports it
-            os._exit(120)
-        os._exit(code or 0)
+        os._exit(code)
+    sys.exit(code)

@@ -95,6 +95,7 @@ __all__ = [
     "parse_config",
     "parse_listen_address",
     "parse_shard",
+    "run_state_directory",
     "shard_of",
     "validate_unit_pattern",
 ]
@@ -933,11 +934,11 @@ def _missing_files(config: Config) -> list[str]:
     ]
 
 
-def _state_directory_problem(directory: str) -> str | None:
-    """What ``run`` (as this user) would say of ``directory`` (``cursor_store``'s words), or
-    ``None`` when it could create and write it: a file is created and removed there (a
-    directory in its nearest existing parent when it does not exist yet), so that what only
-    trying tells (``/proc`` refuses new entries even to root) is found too.
+def _state_directory_problem(directory: str) -> tuple[str, int] | None:
+    """What ``run`` (as this user) would say of ``directory`` (``cursor_store``'s words) and
+    the errno, or ``None`` when it could create and write it: a file is created and removed
+    there (a directory in its nearest existing parent when it does not exist yet), so that what
+    only trying tells (``/proc`` refuses new entries even to root) is found too.
     """
     import tempfile
 
@@ -957,8 +958,28 @@ def _state_directory_problem(directory: str) -> str | None:
             raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
         os.rmdir(tempfile.mkdtemp(prefix=".check-config.", dir=parent))
     except OSError as error:
-        return str(StateDirectoryError.unwritable(path, (error.strerror or str(error)).lower()))
+        reason = (error.strerror or str(error)).lower()
+        return str(StateDirectoryError.unwritable(path, reason)), error.errno or 0
     return None
+
+
+def _only_this_user_refused(code: int) -> bool:
+    """True when a state directory refused with errno ``code`` may still be writable by the
+    service's user: permission denied to an unprivileged user (root would not be denied for
+    permissions, so root's refusal is everyone's). Any other refusal (not a directory, ``/proc``,
+    a read-only file system) is every user's."""
+    return code in (errno.EACCES, errno.EPERM) and os.geteuid() != 0
+
+
+def run_state_directory(config: Config) -> str:
+    """The state directory ``run`` uses with ``config`` here (the daemon's rule): the configured
+    one, or systemd's ``$STATE_DIRECTORY`` (``StateDirectory=``) when the config leaves the
+    default."""
+    directory = config.defaults.state_directory
+    from_systemd = os.environ.get("STATE_DIRECTORY")
+    if from_systemd and directory == "/var/lib/vllm-sentinel":
+        return from_systemd.split(":")[0]
+    return directory
 
 
 def check_config(path: str | os.PathLike[str]) -> list[str]:
@@ -967,17 +988,23 @@ def check_config(path: str | os.PathLike[str]) -> list[str]:
     The exporter's web config file and TLS files are read exactly as ``run`` reads them
     (``web_config.load_exporter_security``): one that ``run`` would refuse is an error here too.
     SSH files (known_hosts, client keys) are checked for presence only, and a missing one is a
-    warning: it may be deployed after the config (the host's collector reports it). So is a
-    state directory this user could not create or write (``run`` refuses to start then; the
-    service may run as another user).
+    warning: it may be deployed after the config (the host's collector reports it). The state
+    directory ``run`` would use (``run_state_directory``) is tried as ``run`` tries it: when no
+    user could create or write it (not a directory, ``/proc``, read-only), ``run`` refuses to
+    start and so does this check; permission denied to an unprivileged user is a warning (the
+    service may run as another user, who may be allowed).
 
     Raises:
         ConfigError: the file is invalid (the CLI exits 2 with the message).
+        StateDirectoryError: the state directory cannot be written, in ``run``'s words.
     """
     config = load_config(path)
     from vllm_sentinel.serve.web_config import load_exporter_security  # the daemon's own check
 
     security = load_exporter_security(config.exporter)
+    problem = _state_directory_problem(run_state_directory(config))
+    if problem is not None and not _only_this_user_refused(problem[1]):
+        raise StateDirectoryError(problem[0])  # run's words: it refuses to start
     exporter = config.exporter
     mode = (
         "web config " + exporter.web_config_file
@@ -1011,9 +1038,8 @@ def check_config(path: str | os.PathLike[str]) -> list[str]:
             f"{', '.join(DEFAULT_UNITS)} units, and a reload (SIGHUP) refuses such a file"
         )
     warnings = [*config.warnings, *_missing_files(config)]
-    problem = _state_directory_problem(config.defaults.state_directory)
-    if problem is not None:
-        warnings.append(problem)  # run's words: it refuses to start
+    if problem is not None:  # permission denied to this user: the service's may be allowed
+        warnings.append(f"{problem[0]}; as this user: the service's user may be allowed")
     if security.basic_auth_without_tls:
         warnings.append(
             f"exporter.web_config_file: {exporter.web_config_file} has basic_auth_users "

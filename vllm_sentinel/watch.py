@@ -389,9 +389,15 @@ class WatchJudge:
         if state.done and self.until.word == "settled":
             return events  # it settled (stopped): what comes next is another start's
         if current.outcome in (Outcome.STOPPED, Outcome.CRASHED):
+            # ended before the watch followed it: a clean stop is settled ("ready, or stopped
+            # cleanly"); otherwise wait for the next start (a restart may be on its way)
+            settled = current.outcome is Outcome.STOPPED and self.until.word == "settled"
             if state.ended_ident != _ident(current):
                 state.ended_ident = _ident(current)
-                events.append(self._waiting_after(unit, current, host, snapshot))
+                events.append(
+                    self._waiting_after(unit, current, host, snapshot, waiting=not settled)
+                )
+            state.done = state.done or settled
             return events
         events += self._follow(unit, current, host, state, snapshot)
         return events + self._judge_followed(unit, current, host, state, snapshot)
@@ -474,7 +480,8 @@ class WatchJudge:
             )
             return events
         if followed.outcome is Outcome.STOPPED:
-            events.append(self._waiting_after(unit, followed, host, snapshot))
+            settled = self.until.word == "settled"
+            events.append(self._waiting_after(unit, followed, host, snapshot, waiting=not settled))
             state.ended_ident = _ident(followed)
             state.ident = None
             state.phase = None
@@ -551,9 +558,12 @@ class WatchJudge:
         ended: IncarnationSnapshot,
         host: HostSnapshot | None,
         snapshot: Snapshot,
+        *,
+        waiting: bool = True,
     ) -> WatchEvent:
-        """The unit's newest incarnation has ended before the watch followed it: say how, and
-        wait for the next one."""
+        """The unit's newest incarnation has ended (before the watch followed it, or a clean
+        stop of the followed one): say how; ``waiting``: the watch waits for the next start
+        (not when a clean stop settles it)."""
         fields: dict[str, Any] = {
             "invocation_id": ended.id,
             "outcome": ended.outcome.value,
@@ -564,7 +574,7 @@ class WatchJudge:
         kind = "stopped" if ended.outcome is Outcome.STOPPED else "previous_crash"
         if kind == "previous_crash":
             return self._event(kind, unit.unit, snapshot, **fields["crash"], waiting=True)
-        return self._event(kind, unit.unit, snapshot, **fields, waiting=True)
+        return self._event(kind, unit.unit, snapshot, **fields, waiting=waiting)
 
     def _progress_event(
         self,
@@ -673,7 +683,9 @@ def event_text(event: WatchEvent) -> str:
             + f" — hint: {f.get('hint')} (runbook: {f.get('runbook')}){wait}"
         )
     if event.event == "stopped":
-        return f"incarnation {short} stopped; waiting for the next start"
+        return f"incarnation {short} stopped" + (
+            "; waiting for the next start" if f.get("waiting") else " (settled)"
+        )
     if event.event == "phase":
         return f"phase {f.get('phase')}" + (
             f" (after {f['previous_phase']})" if f.get("previous_phase") else ""
@@ -691,6 +703,8 @@ def event_text(event: WatchEvent) -> str:
         return "ready" + (f" after {format_duration(took)}" if took is not None else "")
     if event.event == "reached":
         return f"reached {f.get('phase')}"
+    if event.event == "timed_out":
+        return f"timed out: {f.get('state')}"
     return event.event
 
 
@@ -882,6 +896,34 @@ class _UnreadableError(Exception):
     """The journal cannot be read: one line for stderr."""
 
 
+def _transport_words(error: TransportError) -> str:
+    """A transport failure in the CLI's words: ``connection refused``, ``connection timed
+    out``, a host key's own sentence; never a Python exception's name and repr."""
+    import errno as errnos
+    import os
+    import socket
+
+    cause = error.__cause__
+    while cause is not None and not isinstance(cause, OSError) and cause.__cause__ is not None:
+        cause = cause.__cause__
+    if isinstance(cause, TimeoutError) and not cause.errno:
+        return f"cannot connect: no answer within the connect timeout ({error.reason})"
+    if isinstance(cause, socket.gaierror):
+        return f"cannot resolve the host name: {(cause.strerror or str(cause)).lower()}"
+    if isinstance(cause, OSError) and cause.errno and not isinstance(cause, FileNotFoundError):
+        words = os.strerror(cause.errno).lower()
+        if cause.errno == errnos.ECONNREFUSED:
+            words += " (nothing listens on that port: check --host's port, and that sshd runs)"
+        return f"cannot connect: {words}"
+    detail = error.detail or error.reason.replace("_", " ")
+    name = type(cause).__name__ if cause is not None else ""
+    if name and detail.startswith(f"{name}: "):
+        detail = detail[len(name) + 2 :]
+    if error.reason == "ssh_connect_failed":
+        return f"cannot connect: {detail[:1].lower()}{detail[1:]}"
+    return detail
+
+
 async def _preflight(target: WatchTarget) -> None:
     """Read one entry of the journal, so that a connection, host-key or journalctl failure is
     one line and exit 2 now, not a retry loop until the timeout."""
@@ -889,7 +931,7 @@ async def _preflight(target: WatchTarget) -> None:
     try:
         output = await target.transport.run(argv, _PREFLIGHT_TIMEOUT_SECONDS)
     except TransportError as error:
-        detail = error.detail or error.reason.replace("_", " ")
+        detail = _transport_words(error)
         raise _UnreadableError(f"cannot read the journal of {target.host}: {detail}") from error
     if not output.strip():
         raise _UnreadableError(
@@ -996,9 +1038,7 @@ async def run_watch(
                     err(line)
                 return judge.verdict.status
         snapshot = monitor.publish()
-        waiting = [
-            f"{event_unit}: {_where(judge, snapshot, event_unit)}" for event_unit in judge.units
-        ]
+        waiting = [_where(judge, snapshot, event_unit) for event_unit in judge.units]
         out.events(
             [
                 WatchEvent("timed_out", target.host, unit, snapshot.at, {"state": text})
@@ -1006,24 +1046,38 @@ async def run_watch(
             ],
             snapshot,
         )
-        err(f"timed out after {format_duration(timeout_seconds)}: " + "; ".join(waiting))
+        err(
+            f"timed out after {format_duration(timeout_seconds)}: "
+            + "; ".join(f"{unit}: {text}" for unit, text in zip(judge.units, waiting, strict=True))
+        )
         return EXIT_TIMED_OUT
     finally:
-        out.close()
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        with contextlib.suppress(Exception):
-            await target.transport.close()
+        try:
+            out.close()  # an OSError writing stdout goes to the caller, after the clean-up
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            with contextlib.suppress(Exception):
+                await target.transport.close()
 
 
 def _where(judge: WatchJudge, snapshot: Snapshot, name: str) -> str:
     host = next((item for item in snapshot.hosts if item.host == judge.host), None)
     unit = next((item for item in host.units if item.unit == name), None) if host else None
     followed = judge.followed(unit) if unit is not None else None
-    if followed is None:
+    if followed is not None:
+        return f"{followed.phase.value} (incarnation {(followed.id or '?')[:12]})"
+    last = unit.current if unit is not None else None
+    if last is None or last.outcome is Outcome.RUNNING:
         return "no start seen"
-    return f"{followed.phase.value} (incarnation {(followed.id or '?')[:12]})"
+    short = (last.id or "?")[:12]
+    if last.crash is not None:
+        crash = last.crash
+        how = f"crashed during {crash.phase.value}: cause {crash.cause.value}"
+    else:
+        how = last.outcome.value
+    return f"last start {short} {how}, no new start"
 
 
 def _gpu_poller(target: WatchTarget) -> GpuPoller | None:

@@ -227,9 +227,9 @@ class TestCheckConfig:
         err = _one_error_line(_run("check-config", str(config)))
         assert err.strip() == f"vllm-sentinel: {config}: {expected.format(d=tmp_path)}", err
 
-    def test_a_state_directory_run_cannot_write_is_a_warning(self, tmp_path: Path) -> None:
-        """``run`` refuses a state directory it cannot create or write (exit 2); check-config
-        says so as a warning (it may run as another user than the service): it said OK."""
+    def test_a_state_directory_no_one_can_write_fails_as_run_does(self, tmp_path: Path) -> None:
+        """``run`` refuses a state directory it cannot create or write (exit 2); so does
+        check-config, in run's words, when no user could (here: under a file). It said OK."""
         blocker = tmp_path / "file"
         blocker.write_text("")
         config = tmp_path / "sentinel.toml"
@@ -238,14 +238,51 @@ class TestCheckConfig:
             '[[hosts]]\nname = "a"\nlocal = true\n'
         )
         result = _run("check-config", str(config))
-        assert result.returncode == 0, result.stderr
-        warnings = [
-            line for line in result.stdout.decode().splitlines() if line.startswith("warning:")
-        ]
-        assert warnings == [
-            f"warning: state directory {blocker}/state: cannot write there: not a directory "
-            "(set defaults.state_directory to a writable directory)"  # run's words (issue 21)
-        ], result.stdout.decode()
+        assert (result.returncode, result.stdout) == (2, b"")
+        assert result.stderr.decode() == (
+            f"vllm-sentinel: state directory {blocker}/state: cannot write there: not a "
+            "directory (set defaults.state_directory to a writable directory)\n"
+        )  # run's words (issue 21)
+
+    @pytest.mark.skipif(os.geteuid() != 0, reason="checks as nobody (needs root to switch)")
+    def test_permission_denied_to_another_user_is_a_warning(self) -> None:
+        """An unprivileged user checking the service's config: a state directory only root
+        (the service's user here) may write is a warning, exit 0: the service may be allowed.
+        The check runs in a forked child switched to nobody (the venv's interpreter is not
+        reachable to nobody, so not a new process)."""
+        import tempfile
+
+        from vllm_sentinel.config import check_config
+
+        with tempfile.TemporaryDirectory(prefix="check-config.") as folder:
+            os.chmod(folder, 0o755)  # readable by nobody, writable by root only
+            config = Path(folder) / "sentinel.toml"
+            config.write_text(
+                f'[defaults]\nstate_directory = "{folder}/state"\n'
+                '[[hosts]]\nname = "a"\nlocal = true\n'
+            )
+            config.chmod(0o644)
+            assert not [line for line in check_config(config) if "state directory" in line]
+            reader, writer = os.pipe()
+            child = os.fork()
+            if child == 0:  # pragma: no cover (the child)
+                try:
+                    os.setgroups([])
+                    os.setgid(65534)
+                    os.setuid(65534)
+                    os.write(writer, json.dumps(check_config(config)).encode())
+                finally:
+                    os._exit(0)
+            os.close(writer)
+            with os.fdopen(reader, "rb") as pipe:
+                lines = json.loads(pipe.read() or b"null")
+            os.waitpid(child, 0)
+        assert lines is not None
+        assert lines[-1] == (
+            f"warning: state directory {folder}/state: cannot write there: permission denied "
+            "(set defaults.state_directory to a writable directory); as this user: the "
+            "service's user may be allowed"
+        ), lines
 
     def test_a_directory_is_one_line(self, tmp_path: Path) -> None:
         """``check-config DIR`` is one line and exit 2, as ``replay DIR`` is (it printed

@@ -4,7 +4,7 @@ docs/install.md's install, each defect with its test.
 * ``status`` and ``run`` find the config the install writes (``$VLLM_SENTINEL_CONFIG``, else
   ``/etc/vllm-sentinel/config.toml``) when no ``--config``/``--url`` is given; ``status`` takes
   the address from it;
-* ``check-config`` says of a state directory ``run`` cannot create what ``run`` says;
+* ``check-config`` fails, as ``run`` does and in its words, for a state directory ``run`` cannot create;
 * ``replay --format json`` on plain text says it is not journal JSON (exit 2);
 * the same failure is worded the same by ``run --config`` and ``check-config``.
 """
@@ -134,8 +134,9 @@ class TestSameFailureSameWords:
 class TestStateDirectoryUnderProc:
     """check-config says what run says of a state directory run cannot create."""
 
-    def test_check_config_warns_as_run_fails(self, tmp_path: Path) -> None:
-        """/proc/vllm-sentinel: run refuses to start; check-config's warning has its words."""
+    def test_check_config_fails_as_run_fails(self, tmp_path: Path) -> None:
+        """/proc/vllm-sentinel: run refuses to start; check-config fails too (exit 2), in its
+        words (it said OK, with a warning)."""
         config = tmp_path / "config.toml"
         config.write_text(
             '[exporter]\nlisten = "127.0.0.1:{port}"\n[defaults]\n'
@@ -144,9 +145,10 @@ class TestStateDirectoryUnderProc:
         ran = _run("run", "--config", str(config))
         assert ran.returncode == 2
         said = ran.stderr.decode().strip().removeprefix("vllm-sentinel: ")
+        assert said.startswith("state directory /proc/vllm-sentinel: cannot write there: ")
         checked = _run("check-config", str(config))
-        assert checked.returncode == 0
-        assert f"warning: {said}" in checked.stdout.decode().splitlines()
+        assert (checked.returncode, checked.stdout) == (2, b"")
+        assert checked.stderr.decode() == ran.stderr.decode()
 
 
 class TestRunbookALinkCanOpen:

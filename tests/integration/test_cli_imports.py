@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_sentinel.cli import INPUT_FORMATS
+from vllm_sentinel.cli import INPUT_FORMATS, WATCH_EXIT_STATUSES, WATCH_PHASES
 from vllm_sentinel.replay import InputFormat
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -95,3 +95,26 @@ def test_check_config_imports_no_ssh_nvml_or_exporter(tmp_path: Path) -> None:
 def test_input_formats_are_the_replay_formats() -> None:
     """``replay --format`` offers exactly the engine's input formats."""
     assert tuple(item.value for item in InputFormat) == INPUT_FORMATS
+
+
+def test_watch_help_lists_the_phases_the_engine_has_and_every_exit_status() -> None:
+    """``watch --help`` names the PHASE values ``--until`` takes (the engine's startup phases,
+    without importing the engine) and every exit status of its contract, 130 and 141 too."""
+    from vllm_sentinel.engine.catalog.phases import STARTUP_PHASES
+    from vllm_sentinel.watch import parse_until
+
+    assert tuple(phase.value for phase in STARTUP_PHASES) == WATCH_PHASES
+    assert all(parse_until(phase).phase is not None for phase in WATCH_PHASES)
+    out = subprocess.run(
+        [sys.executable, "-m", "vllm_sentinel", "watch", "--help"],
+        capture_output=True,
+        check=True,
+        timeout=60,
+    ).stdout.decode()
+    flat = " ".join(out.split())
+    assert all(phase in flat for phase in WATCH_PHASES), flat
+    assert " ".join(WATCH_EXIT_STATUSES.split()) in flat
+    for status in ("0 ", "1 ", "2 ", "3 ", "4 ", "130 ", "141 "):
+        assert f"; {status}" in WATCH_EXIT_STATUSES or WATCH_EXIT_STATUSES.startswith(
+            f"Exit status: {status}"
+        ), status

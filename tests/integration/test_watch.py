@@ -24,7 +24,10 @@ import orjson
 import pytest
 
 from tests.support.journal_writer import (
+    MESSAGE_ID_STOPPED,
+    MESSAGE_ID_STOPPING,
     JournalWriter,
+    manager_line,
     other_unit_line,
     service_line,
     to_realtime_us,
@@ -84,6 +87,16 @@ def _crash(invocation: str, started: datetime, pid: int) -> list[dict]:
         _raw(invocation, started, 20, '  File "/opt/vllm/worker.py", line 1, in load_model', pid),
         _raw(invocation, started, 20, OOM, pid),
         *unit_failed(UNIT, invocation, to_realtime_us(started + timedelta(seconds=21))),
+    ]
+
+
+def _stop(invocation: str, started: datetime, seconds: float) -> list[dict]:
+    """systemd stops the unit cleanly (``systemctl stop``)."""
+    when = to_realtime_us(started + timedelta(seconds=seconds))
+    return [
+        manager_line(UNIT, invocation, f"Stopping {UNIT} - vLLM...", MESSAGE_ID_STOPPING, when),
+        manager_line(UNIT, invocation, f"{UNIT}: Deactivated successfully.", None, when),
+        manager_line(UNIT, invocation, f"Stopped {UNIT} - vLLM.", MESSAGE_ID_STOPPED, when + 1),
     ]
 
 
@@ -321,6 +334,51 @@ class TestWatchOnJournalFiles:
         )
         assert orjson.loads(lines[-1])["event"] == "timed_out"
 
+    def test_until_settled_on_a_unit_already_stopped_cleanly_exits_0(
+        self, journal_writer: JournalWriter, tmp_path: Path
+    ) -> None:
+        """B stopped cleanly before the watch started: --until settled ("ready, or stopped
+        cleanly") is reached at once, exit 0 (it waited for a next start until the timeout)."""
+        b_started = datetime.now(UTC) - timedelta(minutes=5)
+        journal_writer.write_readable(
+            [
+                other_unit_line(to_realtime_us(b_started) - 1),
+                *_start(B, b_started, 4200),
+                *_ready(B, b_started, 4200),
+                *_stop(B, b_started, 120),
+            ]
+        )
+        args = _args(journal_writer, tmp_path, "--until=settled", "--timeout=60s", "--json")
+        with watching(args) as watch:
+            status, lines, stderr = watch.finish()
+        assert (status, stderr) == (0, "")
+        events = [orjson.loads(line) for line in lines]
+        stopped = [event for event in events if event["event"] == "stopped"]
+        assert [(event["invocation_id"], event["outcome"]) for event in stopped] == [(B, "stopped")]
+        assert not [event for event in events if event["event"] == "timed_out"]
+
+    def test_a_crash_before_the_watch_with_no_new_start_says_so_at_the_timeout(
+        self, journal_writer: JournalWriter, tmp_path: Path
+    ) -> None:
+        """B crashed before the watch started and nothing restarts it: the watch waits for a
+        next start (a restart may be on its way) and at the timeout (exit 4) says the last start
+        crashed, with its cause, not "no start seen"."""
+        b_started = datetime.now(UTC) - timedelta(minutes=5)
+        journal_writer.write_readable(
+            [
+                other_unit_line(to_realtime_us(b_started) - 1),
+                *_start(B, b_started, 4200),
+                *_crash(B, b_started, 4200),
+            ]
+        )
+        with watching(_args(journal_writer, tmp_path, "--timeout=3s", "--json")) as watch:
+            status, lines, stderr = watch.finish()
+        assert status == 4
+        state = f"last start {B[:12]} crashed during loading_weights: cause cuda_oom, no new start"
+        assert stderr == f"vllm-sentinel: timed out after 3s: {UNIT}: {state}\n"
+        last = orjson.loads(lines[-1])
+        assert (last["event"], last["state"]) == ("timed_out", state)
+
     def test_ctrl_c_stops_it_with_130(self, journal_writer: JournalWriter, tmp_path: Path) -> None:
         """SIGINT while following: it stops at once, exit 130, nothing on stderr."""
         b_started = datetime.now(UTC) - timedelta(seconds=30)
@@ -481,3 +539,115 @@ async def test_gpu_memory_per_gpu_and_its_growth(journal_writer: JournalWriter) 
         {"0": 20 * GIB},
         10 * GIB,
     )
+
+
+class TestWatchErrorsInWords:
+    """Connection and file errors are the CLI's words (one line, exit 2), never a Python
+    exception's name and repr."""
+
+    def _run(self, *args: str, home: Path | None = None) -> tuple[int, str]:
+        env = {**os.environ, "HOME": str(home)} if home is not None else None
+        result = subprocess.run(
+            [*CLI, UNIT, "--timeout=30s", *args],
+            capture_output=True,
+            timeout=WAIT_SECONDS,
+            check=False,
+            env=env,
+        )
+        assert result.stdout == b""
+        return result.returncode, result.stderr.decode()
+
+    def test_a_missing_known_hosts(self, tmp_path: Path) -> None:
+        status, stderr = self._run("--host=127.0.0.1", home=tmp_path)
+        path = tmp_path / ".ssh" / "known_hosts"
+        assert (status, stderr) == (
+            2,
+            f"vllm-sentinel: watch: cannot read known_hosts {path}: no such file or directory "
+            "(add the host's key there after checking its fingerprint, or name another file "
+            "with --known-hosts)\n",
+        )
+
+    def test_a_missing_identity(self, tmp_path: Path) -> None:
+        known = tmp_path / "known_hosts"
+        known.write_text("")
+        missing = tmp_path / "absent_key"
+        status, stderr = self._run(
+            "--host=127.0.0.1", f"--known-hosts={known}", f"--identity={missing}"
+        )
+        assert (status, stderr) == (
+            2,
+            f"vllm-sentinel: watch: cannot read identity {missing}: no such file or directory "
+            "(name a private key with --identity)\n",
+        )
+
+    def test_identity_without_host_is_a_usage_error(self, tmp_path: Path) -> None:
+        key = tmp_path / "key"
+        key.write_text("")
+        assert self._run(f"--identity={key}") == (
+            2,
+            "vllm-sentinel: watch: --identity needs --host (it is the key to log in to that "
+            "host with)\n",
+        )
+
+    def test_connection_refused(self, tmp_path: Path) -> None:
+        from tests.support.daemon import free_port
+
+        known = tmp_path / "known_hosts"
+        known.write_text("")
+        port = free_port()  # nothing listens there
+        status, stderr = self._run(f"--host=127.0.0.1:{port}", f"--known-hosts={known}")
+        assert (status, stderr) == (
+            2,
+            "vllm-sentinel: cannot read the journal of 127.0.0.1: cannot connect: connection "
+            "refused (nothing listens on that port: check --host's port, and that sshd runs)\n",
+        )
+
+
+@pytest.mark.parametrize(
+    ("unit", "said"),
+    [
+        ("", "an empty UNIT: name the unit to follow (vllm-kimi, vllm@a.service)"),
+        (
+            "a b",
+            "'a b' is not a valid systemd unit name: whitespace is not allowed (use letters, "
+            "digits and ':-_.\\@')",
+        ),
+        ("vllm*", "'vllm*': name the units to follow (no globs)"),
+    ],
+    ids=["empty", "space", "glob"],
+)
+def test_a_unit_name_watch_refuses_is_said_as_typed(unit: str, said: str) -> None:
+    """The name as the user typed it (not 'a b.service'), and no word of globs."""
+    result = subprocess.run([*CLI, unit], capture_output=True, timeout=60, check=False)
+    assert (result.returncode, result.stdout) == (2, b"")
+    assert result.stderr.decode() == f"vllm-sentinel: watch: {said}\n"
+
+
+class TestWatchTarget:
+    """Which journal and which GPUs ``watch``'s options mean."""
+
+    def test_a_directory_is_another_hosts_journal_so_no_local_gpu(self, tmp_path: Path) -> None:
+        """--directory without --host: journal-remote files of another host; this machine's
+        NVML would show the wrong GPUs (and its growth would count as progress)."""
+        from vllm_sentinel.cli import watch_target
+
+        target = watch_target(None, directory=str(tmp_path), state_directory=str(tmp_path))
+        assert (target.gpu, target.journalctl_args) == (None, (f"--directory={tmp_path}",))
+        assert target.history_directory == str(tmp_path / "history")
+
+    def test_this_machines_journal_uses_its_nvml(self, tmp_path: Path) -> None:
+        from vllm_sentinel.cli import watch_target
+
+        target = watch_target(None, state_directory=str(tmp_path))
+        assert (target.gpu, target.journalctl_args) == ("nvml", ())
+
+    def test_a_host_uses_its_nvidia_smi(self, tmp_path: Path) -> None:
+        from vllm_sentinel.cli import watch_target
+
+        known = tmp_path / "known_hosts"
+        known.write_text("")
+        target = watch_target(
+            "ops@gpu-7:2222", directory="/var/log/journal/remote", known_hosts=str(known)
+        )
+        assert (target.host, target.gpu) == ("gpu-7", "nvidia-smi")
+        assert target.journalctl_args == ("--directory=/var/log/journal/remote",)

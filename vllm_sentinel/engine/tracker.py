@@ -616,14 +616,16 @@ class UnitTracker:
         self._drop_frames(pid)
         if incarnation.stop_requested or incarnation.outcome is Outcome.STOPPED:
             return
-        context = self._tracebacks.context_of(pid)
-        if context is not None and (
-            is_request_error("", "", context) or self._benign.matches(context)
-        ):
-            return
         cause, exception, message = classify_frames(cut.frames, cut.source)
         evidence = None
         if cause is not CrashCause.UNKNOWN:
+            # a request's traceback or a benign one is no evidence (asked only once the frames
+            # name a cause: most frames name none, and this runs on every frame line)
+            context = self._tracebacks.context_of(pid)
+            if context is not None and (
+                is_request_error("", "", context) or self._benign.matches(context)
+            ):
+                return
             shown = (
                 f"{message} … (traceback cut before its exception line)"
                 if message

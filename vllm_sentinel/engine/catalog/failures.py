@@ -72,6 +72,7 @@ class _Template:
     raise_only: bool  # raised in vLLM, logged nowhere: its text alone says it was raised
     tail_value: bool  # ends with a value after ": " (another message, classified itself)
     fixed: int  # characters of fixed text
+    needle: str  # the longest fixed part: a floating template's message holds it whole
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +188,7 @@ class FailureCatalog:
                 any(row.raise_only for row in group),
                 len(parts) > 1 and parts[-1] == "" and parts[-2].endswith(": "),
                 fixed,
+                max(parts, key=len),
             )
             head = parts[0]
             if len(head) >= _KEY:
@@ -230,7 +232,21 @@ class FailureCatalog:
         text = " ".join(message.split()) if "  " in message or "\n" in message else message
         best = self._best(self._keyed.get(text[:_KEY], ()), text, exception, site, False)
         if best is None and self._floating:
-            best = self._best(self._floating, text, exception, site, False)
+            # a floating template's head is shorter than a message cut after a whole head may
+            # be, so its message starts with that head; one that begins with a value holds
+            # every fixed part whole (no cut is tolerated without a head): both are cheap tests
+            # that leave _match_parts the few templates that can match
+            candidates = tuple(
+                compiled
+                for compiled in self._floating
+                if (
+                    text.startswith(compiled.parts[0])
+                    if compiled.parts[0]
+                    else compiled.needle in text
+                )
+            )
+            if candidates:
+                best = self._best(candidates, text, exception, site, False)
         return best
 
     def match_bare(self, line: str) -> TemplateMatch | None:

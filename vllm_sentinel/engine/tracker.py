@@ -98,6 +98,7 @@ _TP_SIZE: Final = re.compile(r"tensor_parallel_size[=':\s]+(\d{1,4})")
 _ERROR_LEVELS: Final = frozenset({"ERROR", "CRITICAL"})
 _MAX_CACHED_UNITS: Final = 1024
 _MAX_TRACE_OWNERS: Final = 256
+_MAX_CACHED_CAUSES: Final = 512  # classified ERROR lines / innermost frames kept per tracker
 _MAX_MANAGER_UNITS: Final = 16
 # The unit a line of systemd's names: "vllm3.service: Main process exited, …" (the unit's own
 # messages, systemd src/core/unit.c log_unit_*), "Started vllm3.service - vLLM." (job results
@@ -207,6 +208,10 @@ class UnitTracker:
         # PID → its last ERROR line kept as evidence (``_on_error_line``), which a stand-in
         # replaces (``_stand_in``)
         self._error_lines: dict[int | None, tuple[str, Evidence]] = {}
+        # what an ERROR line's words, and a cut traceback's innermost frames, were classified
+        # as: a crash loop prints the same lines start after start (bounded, per tracker)
+        self._line_causes: dict[str, tuple[CrashCause, EvidenceKind]] = {}
+        self._frame_causes: dict[tuple[str, ...], tuple[CrashCause, str, str]] = {}
         self._incs = Incarnations(self._crashes, max_incarnations)
         self._tracebacks = TracebackAssembler()
         self._clock = LineClock(reference_year)
@@ -588,7 +593,13 @@ class UnitTracker:
         """
         if incarnation.ended or incarnation.stop_requested or is_announcement(body):
             return
-        cause, kind = classify_exception("", body)
+        known = self._line_causes.get(body)
+        if known is None:
+            known = classify_exception("", body)
+            if len(self._line_causes) >= _MAX_CACHED_CAUSES:
+                self._line_causes.clear()
+            self._line_causes[body] = known
+        cause, kind = known
         if cause is CrashCause.UNKNOWN or kind is not EvidenceKind.REAL:
             return
         if is_request_error("", body, None):
@@ -616,7 +627,14 @@ class UnitTracker:
         self._drop_frames(pid)
         if incarnation.stop_requested or incarnation.outcome is Outcome.STOPPED:
             return
-        cause, exception, message = classify_frames(cut.frames, cut.source)
+        frames_key = (*cut.frames, cut.source or "")
+        classified = self._frame_causes.get(frames_key)
+        if classified is None:
+            classified = classify_frames(cut.frames, cut.source)
+            if len(self._frame_causes) >= _MAX_CACHED_CAUSES:
+                self._frame_causes.clear()
+            self._frame_causes[frames_key] = classified
+        cause, exception, message = classified
         evidence = None
         if cause is not CrashCause.UNKNOWN:
             # a request's traceback or a benign one is no evidence (asked only once the frames

@@ -18,9 +18,9 @@ from vllm_sentinel.engine.catalog.causes import (
     classify_exception,
 )
 from vllm_sentinel.engine.catalog.failures import (
-    CATALOG,
     FailureCatalog,
     load_rows,
+    packaged_catalog,
     site_of,
 )
 from vllm_sentinel.engine.catalog.phases import Outcome
@@ -91,7 +91,7 @@ class TestCatalogData:
 class TestMatching:
     def test_a_value_of_any_content_matches(self) -> None:
         """Formatted values are free: numbers, names, lists."""
-        found = CATALOG.match(
+        found = packaged_catalog().match(
             "The model's max seq len (29000) is larger than the maximum number of tokens that "
             "can be stored in KV cache (23648). Try increasing `gpu_memory_utilization` or "
             "decreasing `max_model_len` when initializing the engine.",
@@ -101,14 +101,14 @@ class TestMatching:
 
     def test_a_message_cut_after_its_head_matches(self) -> None:
         """A paste cut mid-word after the head still names its template (issue 19, example)."""
-        found = CATALOG.match(
+        found = packaged_catalog().match(
             "To serve at least one request with the model's max seq len (…), (4.26 GiB KV cach"
         )
         assert found is not None and found.row.cause == "kv_cache_insufficient"
 
     def test_a_cut_before_the_head_is_complete_does_not_match(self) -> None:
         """Too little of a template is no evidence."""
-        assert CATALOG.match("To serve at least") is None
+        assert packaged_catalog().match("To serve at least") is None
 
     def test_a_template_beginning_with_a_value_needs_every_part(self) -> None:
         """Without a fixed head, a message must carry all fixed parts (no cut tolerance)."""

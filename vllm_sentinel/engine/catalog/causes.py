@@ -29,7 +29,7 @@ from datetime import datetime
 from enum import IntEnum, StrEnum
 from typing import Final
 
-from vllm_sentinel.engine.catalog.failures import CATALOG, FailureCatalog, site_of
+from vllm_sentinel.engine.catalog.failures import FailureCatalog, packaged_catalog, site_of
 
 __all__ = [
     "CAUSE_RULES",
@@ -357,7 +357,7 @@ def catalog_cause(
     exception: str,
     message: str,
     frame: str | None = None,
-    catalog: FailureCatalog = CATALOG,
+    catalog: FailureCatalog | None = None,
 ) -> tuple[CrashCause, bool]:
     """The cause the failure catalog gives an exception, and whether it is only a default.
 
@@ -367,14 +367,14 @@ def catalog_cause(
         frame: the innermost traceback frame, if known: it picks the row raised there, and
             names the cause of a message too cut to match when every row raised there means
             one cause.
-        catalog: the compiled catalog (``failures.CATALOG``).
+        catalog: the compiled catalog (default ``failures.packaged_catalog()``).
 
     Returns:
         ``(cause, is_default)``: ``UNKNOWN`` when the catalog names none; ``is_default`` when
         the cause comes only from where the message is raised (a row's location default, or
         the raising frame), so that the message's own words, when they name a cause, win.
     """
-    return _catalog_cause(exception, message, frame, catalog, 0)
+    return _catalog_cause(exception, message, frame, catalog or packaged_catalog(), 0)
 
 
 def _catalog_cause(
@@ -404,7 +404,7 @@ def _catalog_cause(
     return CrashCause.UNKNOWN, False
 
 
-def bare_raise_cause(line: str, catalog: FailureCatalog = CATALOG) -> CrashCause | None:
+def bare_raise_cause(line: str, catalog: FailureCatalog | None = None) -> CrashCause | None:
     """The cause a bare line names when only a ``raise`` in vLLM prints its text, else ``None``.
 
     ``The model's max seq len (29000) is larger than the maximum number of tokens that can be
@@ -412,7 +412,7 @@ def bare_raise_cause(line: str, catalog: FailureCatalog = CATALOG) -> CrashCause
     traceback) → ``kv_cache_insufficient``: the catalog's raise-only templates of known cause
     (``FailureCatalog.match_bare``), never a template a logger also prints.
     """
-    found = catalog.match_bare(line)
+    found = (catalog or packaged_catalog()).match_bare(line)
     return None if found is None else CrashCause(found.row.cause)
 
 
@@ -498,15 +498,15 @@ def classify_frames(frames: Sequence[str], source: str | None) -> tuple[CrashCau
         exception = raised.group("cls")
         quote = raised.group("quote") or ""
         head = (raised.group("text") or "").replace("\\" + quote, quote) if quote else ""
-        found = CATALOG.match(head, exception, site) if head.strip() else None
+        found = packaged_catalog().match(head, exception, site) if head.strip() else None
         if found is not None:
             return CrashCause(found.row.cause), exception, head.rstrip()
         if site is not None:
-            at_site = CATALOG.cause_at(site, exception)
+            at_site = packaged_catalog().cause_at(site, exception)
             if at_site is not None:
                 return CrashCause(at_site), exception, head.rstrip()
     if site is not None:
-        at_site = CATALOG.cause_at_site(site)
+        at_site = packaged_catalog().cause_at_site(site)
         if at_site is not None:
             return CrashCause(at_site), "", ""
     for frame in reversed(frames):

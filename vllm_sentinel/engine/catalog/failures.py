@@ -28,7 +28,7 @@ from importlib import resources
 from typing import Final
 
 __all__ = [
-    "CATALOG", "FailureCatalog", "FailureRow", "TemplateMatch", "load_rows", "site_of",
+    "FailureCatalog", "FailureRow", "TemplateMatch", "load_rows", "packaged_catalog", "site_of",
     "unknown_sites",
 ]  # fmt: skip
 
@@ -386,5 +386,24 @@ def unknown_sites(text: str | None = None) -> frozenset[str]:
     return frozenset(sites)
 
 
-CATALOG: Final = FailureCatalog(load_rows(), unknown_sites())
-"""The packaged catalog, compiled once (immutable after construction)."""
+class _Packaged:
+    """Holds the packaged catalog once it is compiled (``packaged_catalog``)."""
+
+    __slots__ = ("catalog",)
+
+    def __init__(self) -> None:
+        self.catalog: FailureCatalog | None = None
+
+
+_PACKAGED: Final = _Packaged()
+
+
+def packaged_catalog() -> FailureCatalog:
+    """The packaged catalog (``failures.tsv``), read and compiled on first use, then the same
+    immutable value: a command that never classifies a crash (``--help``, ``check-config``,
+    a replay without one) does not pay its ~50 ms."""
+    catalog = _PACKAGED.catalog
+    if catalog is None:
+        catalog = FailureCatalog(load_rows(), unknown_sites())
+        _PACKAGED.catalog = catalog
+    return catalog

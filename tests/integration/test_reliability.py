@@ -27,7 +27,14 @@ import subprocess
 import threading
 import time
 import urllib.request
-from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    MutableMapping,
+    Sequence,
+)
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, cast
@@ -62,7 +69,12 @@ from vllm_sentinel.engine.decode.record import Record
 from vllm_sentinel.engine.snapshot import UnitSnapshot
 from vllm_sentinel.errors import TransportError
 from vllm_sentinel.monitor import HostPlan, Monitor
-from vllm_sentinel.sources.journal import FollowerSettings, JournalBatch, JournalFollower
+from vllm_sentinel.sources.journal import (
+    FollowerSettings,
+    HistoryBoundary,
+    JournalBatch,
+    JournalFollower,
+)
 from vllm_sentinel.sources.transport import LocalTransport, SshTransport, Transport
 from vllm_sentinel.state.cursor_store import CursorStore
 
@@ -1060,6 +1072,110 @@ class TestUnknownCursor:
         (backfill,) = log_events(logs, "journal_backfill_started")
         assert backfill["reads_from"] == "window_start"
         assert CursorStore(state).load("llm-two") == applied.records[-1].cursor
+
+
+class LineByLineTransport(LocalTransport):
+    """``LocalTransport`` whose streams hand over one line per chunk: a loaded machine, where
+    ``journalctl``'s output arrives in pieces and each becomes a batch of its own."""
+
+    async def stream(self, argv: Sequence[str]) -> AsyncGenerator[bytes, None]:
+        async for chunk in super().stream(argv):
+            for line in chunk.splitlines(keepends=True):
+                yield line
+
+
+class TestHistoryPosition:
+    """The records an earlier run counted (history) never move the saved position back."""
+
+    async def test_history_read_in_pieces_keeps_the_stored_cursor(
+        self, journal_writer: JournalWriter
+    ) -> None:
+        """Regression (chaos seed 188 under load): the backfill's first piece, all history,
+        moved the position to its last record, before the stored cursor; a flush saved that
+        cursor with the counters as of the stored one, and the next start counted the records
+        between the two again (a unit's start and records twice)."""
+        base = hour_ago_us()
+        journal_writer.write_and_flush(
+            [started(base), *(info_line(s, base + 10 + s) for s in range(1, 30))]
+        )
+        lines = journal_writer.wait_until_readable(30)
+        cursors = [orjson.loads(line)["__CURSOR"] for line in lines]
+        stored = cursors[20]  # what the last run saved with its counters
+        settings = FollowerSettings(
+            units=(UNIT,), journalctl_args=(f"--directory={journal_writer.path.parent}",)
+        )
+        follower = JournalFollower(
+            HOST, LineByLineTransport(HOST), settings, cursor=stored,
+            history=HistoryBoundary(stored, datetime.now(UTC)),
+        )  # fmt: skip
+        batches: list[JournalBatch] = []
+
+        async def emit(batch: JournalBatch) -> None:
+            batches.append(batch)
+
+        task = asyncio.create_task(follower.run(emit))
+        try:
+            await until(lambda: follower.cursor == cursors[-1], 10, "the backfill")
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        history = [record.cursor for b in batches if b.history for record in b.records]
+        new = [record.cursor for b in batches if not b.history for record in b.records]
+        assert history == cursors[:21] and new == cursors[21:]
+        positions = [b.cursor for b in batches if b.cursor is not None]
+        assert positions, "no batch carried a position"
+        # the position a batch hands over is never before the stored cursor
+        assert all(cursors.index(c) >= 20 for c in positions), [cursors.index(c) for c in positions]
+
+    async def test_records_after_the_stored_cursor_are_read_whatever_their_stamps(
+        self, journal_writer: JournalWriter
+    ) -> None:
+        """Regression (chaos seed 114 under load): a record written after the stored cursor
+        may bear an earlier stamp (another writer's clock, a clock stepped back). The backfill
+        read the window by time only (``--since`` its start, the latest starts' stamps), so an
+        incarnation written after the cursor but stamped before the window was never read,
+        and its start, crash and records never counted."""
+        base = hour_ago_us()
+        other = "filler.service"
+        journal_writer.write_and_flush(
+            [
+                started(base + 100_000_000, invocation="1" * 32),
+                *(info_line(s, base + 100_000_000 + s) for s in range(1, 4)),
+                info_line(99, base + 900_000_000, unit=other),  # stamped late: the cursor
+                # written after it, stamped before it: an incarnation the last run never saw
+                started(base + 200_000_000, invocation="2" * 32),
+                *(info_line(s, base + 200_000_000 + s) for s in range(4, 8)),
+                started(base + 300_000_000, invocation="3" * 32),
+                *(info_line(s, base + 300_000_000 + s) for s in range(8, 10)),
+            ]
+        )
+        lines = journal_writer.wait_until_readable(13)
+        cursors = [orjson.loads(line)["__CURSOR"] for line in lines]
+        stored = cursors[4]  # the other unit's record: what the last run saved
+        settings = FollowerSettings(
+            units=(UNIT,),
+            journalctl_args=(f"--directory={journal_writer.path.parent}",),
+            backfill_max_invocations=1,  # the window: from the latest start on
+        )
+        follower = JournalFollower(
+            HOST, LocalTransport(HOST), settings, cursor=stored,
+            history=HistoryBoundary(stored, datetime.now(UTC)),
+        )  # fmt: skip
+        batches: list[JournalBatch] = []
+
+        async def emit(batch: JournalBatch) -> None:
+            batches.append(batch)
+
+        task = asyncio.create_task(follower.run(emit))
+        try:
+            await until(lambda: follower.cursor == cursors[-1], 10, "the backfill")
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        new = [record.cursor for b in batches if not b.history for record in b.records]
+        assert new == cursors[5:], [cursors.index(c) for c in new]  # each once, in order
+        assert all(cursors.index(c) < 4 for b in batches if b.history for c in
+                   (record.cursor for record in b.records))  # fmt: skip
 
 
 # --- the cursor store: concurrent and failing writes ----------------------------------------

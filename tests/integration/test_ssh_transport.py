@@ -321,6 +321,35 @@ class TestTransportRegressions:
             await asyncio.wait_for(_read_into(_stream(transport, argv), chunks), 3)
         assert b"".join(chunks) == b"done\n"
 
+    @pytest.mark.asyncio
+    async def test_a_cancellation_landing_as_the_connection_completes_is_not_lost(
+        self, ssh_server: SshTestServer, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The caller is cancelled just as the SSH handshake completes: it stops.
+
+        Regression (chaos seed 155, CI): ``asyncssh.connect`` bounds the handshake with
+        ``asyncio.wait_for``, which on Python 3.11 returns the connection and swallows a
+        cancellation landing as it completes; a follower stopped by a reload then went on
+        following for good (``host_stop_timed_out`` after 10 s).
+        """
+        import asyncssh.connection as connection_module
+
+        target: list[asyncio.Task[bytes]] = []
+        connect = connection_module._connect
+
+        async def cancelled_on_return(*args: object, **kwargs: object) -> object:
+            connection = await connect(*args, **kwargs)  # type: ignore[arg-type]
+            if target and not target[0].done():
+                target[0].cancel()  # the stop request arrives as the handshake completes
+            return connection
+
+        monkeypatch.setattr(connection_module, "_connect", cancelled_on_return)
+        async with _transport(ssh_server) as transport:
+            target.append(asyncio.ensure_future(transport.run(["true"], timeout=10)))
+            done, _ = await asyncio.wait(target, timeout=5)
+            assert done, "run() lost its cancellation"
+            assert target[0].cancelled(), "run() went on after its cancellation"
+
 
 class TestOpenSsh:
     """The same transport against a real OpenSSH sshd (commands run via the login shell)."""

@@ -97,12 +97,15 @@ _log = structlog.get_logger("vllm_sentinel.sources.journal")
 
 @dataclass(frozen=True, slots=True)
 class JournalBatch:
-    """Records read from one host, and the cursor of the last one (``None`` if none had one).
+    """Records read from one host, and the position they take the host to.
 
-    ``backfill`` is True for records of the startup backfill; an empty batch with
-    ``backfill=False`` marks its end. ``history`` is True for records written up to what an
-    earlier run reported (its stored cursor) or, without a cursor, up to the daemon's start:
-    they rebuild the state but their starts and crashes are not counted again.
+    ``cursor`` is the journal cursor of the last record, the position to save with the
+    counters once the batch is applied; ``None`` leaves the position where it is (records with
+    no cursor, history, the backfill's end). ``backfill`` is True for records of the startup
+    backfill; an empty batch with ``backfill=False`` marks its end. ``history`` is True for
+    records written up to what an earlier run reported (its stored cursor) or, without a
+    cursor, up to the daemon's start: they rebuild the state but their starts and crashes are
+    not counted again, and they never move the position (it is at the boundary already).
     """
 
     host: str
@@ -315,6 +318,7 @@ class JournalFollower:
         self._skipped: dict[str, int] = {}
         self._follow_since: float | None = None
         self._cursor_is_ours = False  # read in this run (not loaded from the store)
+        self._saved_position_unknown = False  # the stored cursor is not in this journal
         self._backfilled_records = 0
         self._globs = any(char in unit for unit in settings.units for char in "*?[")
         self._units: tuple[str, ...] = () if self._globs else settings.units
@@ -608,6 +612,7 @@ class JournalFollower:
                 "on another machine): backfilling the window instead",
             )
             stored = self._cursor = None
+            self._saved_position_unknown = True
         # A cursor read in this run (a backfill cut short by a failure) always wins: the
         # records before it were emitted already. A stored one wins when it is older than
         # the window, so nothing written while the daemon was down is skipped.
@@ -616,14 +621,6 @@ class JournalFollower:
             or (stored_time := cursor_time(stored)) is None
             or stored_time.timestamp() < start
         )
-        remaining = max(1, settings.backfill_max_records - self._backfilled_records)
-        argv = build_journalctl_argv(
-            unit_filter(units),
-            settings.journalctl_args,
-            since=None if use_cursor else start,
-            cursor=stored if use_cursor else None,
-            lines=remaining,
-        )
         _log.info(
             "journal_backfill_started",
             host=self.host,
@@ -631,8 +628,37 @@ class JournalFollower:
             # the window's start, or the stored cursor when that is older (nothing skipped)
             reads_from="stored_cursor" if use_cursor else "window_start",
         )
+        if stored is not None and not use_cursor:
+            # The window begins before the stored cursor's stamp, but a record written after
+            # the cursor may bear an earlier stamp than the window's start (another writer's
+            # clock, a clock stepped back): read by time, it would never be read. So the window
+            # is read by time up to the cursor only (history, or records this run applied
+            # before a reload: they rebuild the state and move no position), and what follows
+            # from the last record read on, in journal order, as the follow stream reads.
+            await self._pump(
+                build_journalctl_argv(
+                    unit_filter(units),
+                    settings.journalctl_args,
+                    since=start,
+                    lines=max(1, settings.backfill_max_records - self._backfilled_records),
+                ),
+                emit,
+                backfill=True,
+                stop_after=HistoryBoundary(stored),
+            )
+            stored = self._cursor
+            use_cursor = True
+        remaining = settings.backfill_max_records - self._backfilled_records
+        argv = build_journalctl_argv(
+            unit_filter(units),
+            settings.journalctl_args,
+            since=None if use_cursor else start,
+            cursor=stored if use_cursor else None,
+            lines=max(1, remaining),
+        )
         try:
-            await self._pump(argv, emit, backfill=True, resume=stored if use_cursor else None)
+            if remaining > 0:  # else cut short: the follow stream reads on from the cursor
+                await self._pump(argv, emit, backfill=True, resume=stored if use_cursor else None)
         except TransportError as error:
             if use_cursor and error.reason == "command_failed" and "cursor" in error.detail.lower():
                 _log.warning(
@@ -642,13 +668,14 @@ class JournalFollower:
                     detail=error.detail,
                 )
                 self._cursor = None
+                self._saved_position_unknown = True
                 self._cursor_is_ours = False
                 await self._pump(
                     build_journalctl_argv(
                         unit_filter(units),
                         settings.journalctl_args,
                         since=start,
-                        lines=remaining,
+                        lines=max(1, remaining),
                     ),
                     emit,
                     backfill=True,
@@ -672,7 +699,14 @@ class JournalFollower:
         # Cut short, the backfill resumes in the follow stream: history may still come there
         # (until the first record after the boundary closes it)
         self._history_open = after_main and count >= settings.backfill_max_records
-        await emit(JournalBatch(self.host, (), self._cursor, backfill=False))
+        # The end of the backfill. Its new records handed their positions over already; its
+        # history none (a piece of it is before the saved position). With no saved position
+        # to keep (a first start, or a stored cursor this journal does not hold: a boundary
+        # in time) and every record read, the last one read is the position: every record of
+        # the units up to the boundary was history.
+        by_time = self._history.cursor is None or self._saved_position_unknown
+        position = self._cursor if by_time and not self._history_open else None
+        await emit(JournalBatch(self.host, (), position, backfill=False))
         self._follow_since = start if self._cursor is None else None
 
     async def _backfill_quiet_units(
@@ -785,11 +819,15 @@ class JournalFollower:
         backfill: bool,
         resume: str | None = None,
         keep_cursor: bool = False,
+        stop_after: HistoryBoundary | None = None,
     ) -> int:
         """Stream ``argv`` into batches; ``resume``: the ``--cursor`` given, dropped if echoed.
 
         ``keep_cursor``: the records are older than the follow position (a new unit's
-        backfill): hand them over without moving the follower's cursor.
+        backfill): hand them over without moving the follower's cursor. ``stop_after``: hand
+        over the records up to that position only, with no position of theirs (history, or
+        read before in this run), and stop at the first record after it; the follower's
+        cursor is then the last one handed over (read on from there).
         """
         decoder = JournalJsonDecoder(self.host)
         seen: dict[str, int] = {}
@@ -815,6 +853,14 @@ class JournalFollower:
                             detail="the last cursor read is no longer in the journal (rotated "
                             "and vacuumed): resuming at its position",
                         )
+                if records and stop_after is not None:
+                    upto = stop_after.split(records)
+                    if upto:
+                        await self._hand_over_read(records[:upto], emit, backfill)
+                    if upto < len(records):
+                        return count + upto
+                    count += upto
+                    continue
                 if records:
                     cursor = decoder.last_cursor
                     if keep_cursor:
@@ -832,11 +878,13 @@ class JournalFollower:
                         if split < len(records):
                             self._history_open = False  # the rest is new
                         if split:
+                            # no position: history lies at or before the boundary, where the
+                            # saved position is already (a piece of it read on its own must
+                            # not move it back, to be saved with the counters of the boundary)
                             history = tuple(records[:split])
                             records = records[split:]
-                            last = cursor if keep_cursor or not records else history[-1].cursor
                             await emit(
-                                JournalBatch(self.host, history, last, backfill, history=True)
+                                JournalBatch(self.host, history, None, backfill, history=True)
                             )
                         if not records:
                             continue
@@ -844,6 +892,25 @@ class JournalFollower:
         if not self._state.up:
             self._set_state(True, "")
         return count
+
+    async def _hand_over_read(self, records: Sequence[Record], emit: Emit, backfill: bool) -> None:
+        """Hand over records up to the stored position: no position moves (the saved one is
+        at or after them), history split off as it is everywhere."""
+        self.records_total += len(records)
+        if backfill:
+            self._backfilled_records += len(records)
+            self._backfilled_units.update([record.unit for record in records])
+        if records[-1].cursor is not None:
+            self._cursor = records[-1].cursor
+            self._cursor_is_ours = True
+        split = self._history.split(records) if self._history_open else 0
+        if split < len(records):
+            self._history_open = False
+        if split:
+            history = tuple(records[:split])
+            await emit(JournalBatch(self.host, history, None, backfill, history=True))
+        if split < len(records):
+            await emit(JournalBatch(self.host, tuple(records[split:]), None, backfill))
 
     def _account(self, skipped: Mapping[str, int], seen: dict[str, int]) -> None:
         for reason, value in skipped.items():

@@ -307,7 +307,10 @@ class SshTransport:
                 "encryption_algs": _ENCRYPTION_ALGS,
                 "port": settings.port,
                 "known_hosts": known_hosts,
-                "connect_timeout": settings.connect_timeout_seconds,
+                # bounded below with asyncio.timeout: asyncssh bounds it with asyncio.wait_for,
+                # which on Python 3.11 swallows a cancellation landing as the handshake
+                # completes (a stopped follower then went on following)
+                "connect_timeout": None,
                 "keepalive_interval": settings.keepalive_interval_seconds,
                 "keepalive_count_max": settings.keepalive_count_max,
             }
@@ -318,7 +321,8 @@ class SshTransport:
             if settings.passphrase:
                 options["passphrase"] = settings.passphrase
             try:
-                connection = await asyncssh.connect(settings.address, **options)
+                async with asyncio.timeout(settings.connect_timeout_seconds):
+                    connection = await asyncssh.connect(settings.address, **options)
             except asyncssh.HostKeyNotVerifiable as error:
                 raise HostKeyError(
                     self.host,

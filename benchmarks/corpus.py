@@ -182,7 +182,9 @@ def _replicate(template: list[bytes], path: Path, min_records: int) -> tuple[int
                     f"s=9f0e8d7c6b5a49382716a5b4c3d2e1f0;i={seq:x};b={_BOOT};"
                     f"m={realtime - _START_US:x};t={realtime:x};x={seq * 2654435761 % 2**64:x}"
                 )
-                for key in ("INVOCATION_ID", "_SYSTEMD_INVOCATION_ID"):
+                # each copy is other starts: new invocation ids and journald streams (a stream
+                # id is random per stream; a reused one would route lines to the first copy)
+                for key in ("INVOCATION_ID", "_SYSTEMD_INVOCATION_ID", "_STREAM_ID"):
                     if key in item:
                         item[key] = f"{copy:08x}{item[key][8:]}"
                 if item.get("_PID") not in (None, "1"):

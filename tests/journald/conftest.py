@@ -49,7 +49,7 @@ from tests.e2e.conftest import (
     alertmanager_config,
     prometheus_config,
 )
-from tests.journald.scenarios import SCENARIOS, start_all, unit_text
+from tests.journald.scenarios import INTERPRETER_BINDS, SCENARIOS, start_all, unit_text
 from tests.support.booted_root import BootedRoot, BootError
 from tests.support.netns import NetnsThread
 from tests.support.packaging import ROOT
@@ -210,7 +210,12 @@ def tier(tmp_path_factory: pytest.TempPathFactory, built_package: BuiltPackage) 
     base = tmp_path_factory.mktemp("journald-tier")
     started_at = time.monotonic()
     root = BootedRoot(
-        base / "root", binds={WHEELHOUSE: built_package.wheelhouse, "/mnt/checkout": ROOT}
+        base / "root",
+        binds={
+            WHEELHOUSE: built_package.wheelhouse,
+            "/mnt/checkout": ROOT,
+            **INTERPRETER_BINDS,  # the stand-in's interpreter, wherever the checkout is
+        },
     )
     config = root.path(CONFIG)
     _unit_file(config, _CONFIG)

@@ -15,6 +15,7 @@ import threading
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tests.support.make_incident import WORKER_TRACEBACK_LATE
@@ -30,6 +31,14 @@ RESTART_SCHEDULED = "5eb03494b6584870a536b337290809b3"
 JOURNAL_DROPPED = "a596d6fe7bfa4994828e72309e95d61e"
 ROOT_CAUSE = WORKER_TRACEBACK_LATE[-1]
 CHECKOUT = "/mnt/checkout"
+# The stand-in runs on the tests' own interpreter (it needs orjson): its venv and the Python it
+# was made from are bound into the root at their own paths (``INTERPRETER_BINDS``), since the
+# root's /tmp is empty and a checkout (CI's) may live there.
+STANDIN_PYTHON = Path(sys.prefix).resolve() / "bin" / Path(sys.executable).name
+INTERPRETER_BINDS = {
+    str(path): path
+    for path in sorted({Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()})
+}
 
 
 @dataclass(frozen=True)
@@ -79,7 +88,7 @@ BY_NAME = {scenario.name: scenario for scenario in SCENARIOS}
 def unit_text(scenario: Scenario) -> str:
     """The unit file of ``scenario``: ``Restart=on-failure`` and its ``KillMode``."""
     command = [
-        sys.executable, "-m", "tests.support.vllm_standin", "serve",
+        str(STANDIN_PYTHON), "-m", "tests.support.vllm_standin", "serve",
         "--plan", scenario.plan, "--state", f"/var/lib/vllm-standin/{scenario.name}",
         *scenario.args,
     ]  # fmt: skip

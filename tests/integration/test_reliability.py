@@ -1084,6 +1084,29 @@ class LineByLineTransport(LocalTransport):
                 yield line
 
 
+async def _backfill_batches(
+    transport: Transport, settings: FollowerSettings, stored: str, last: str
+) -> list[JournalBatch]:
+    """What a follower restarted from ``stored`` (the history boundary too) hands over until
+    it has read the journal's ``last`` record."""
+    follower = JournalFollower(
+        HOST, transport, settings, cursor=stored,
+        history=HistoryBoundary(stored, datetime.now(UTC)),
+    )  # fmt: skip
+    batches: list[JournalBatch] = []
+
+    async def emit(batch: JournalBatch) -> None:
+        batches.append(batch)
+
+    task = asyncio.create_task(follower.run(emit))
+    try:
+        await until(lambda: follower.cursor == last, 10, "the backfill")
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    return batches
+
+
 class TestHistoryPosition:
     """The records an earlier run counted (history) never move the saved position back."""
 
@@ -1104,21 +1127,7 @@ class TestHistoryPosition:
         settings = FollowerSettings(
             units=(UNIT,), journalctl_args=(f"--directory={journal_writer.path.parent}",)
         )
-        follower = JournalFollower(
-            HOST, LineByLineTransport(HOST), settings, cursor=stored,
-            history=HistoryBoundary(stored, datetime.now(UTC)),
-        )  # fmt: skip
-        batches: list[JournalBatch] = []
-
-        async def emit(batch: JournalBatch) -> None:
-            batches.append(batch)
-
-        task = asyncio.create_task(follower.run(emit))
-        try:
-            await until(lambda: follower.cursor == cursors[-1], 10, "the backfill")
-        finally:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        batches = await _backfill_batches(LineByLineTransport(HOST), settings, stored, cursors[-1])
         history = [record.cursor for b in batches if b.history for record in b.records]
         new = [record.cursor for b in batches if not b.history for record in b.records]
         assert history == cursors[:21] and new == cursors[21:]
@@ -1157,21 +1166,7 @@ class TestHistoryPosition:
             journalctl_args=(f"--directory={journal_writer.path.parent}",),
             backfill_max_invocations=1,  # the window: from the latest start on
         )
-        follower = JournalFollower(
-            HOST, LocalTransport(HOST), settings, cursor=stored,
-            history=HistoryBoundary(stored, datetime.now(UTC)),
-        )  # fmt: skip
-        batches: list[JournalBatch] = []
-
-        async def emit(batch: JournalBatch) -> None:
-            batches.append(batch)
-
-        task = asyncio.create_task(follower.run(emit))
-        try:
-            await until(lambda: follower.cursor == cursors[-1], 10, "the backfill")
-        finally:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        batches = await _backfill_batches(LocalTransport(HOST), settings, stored, cursors[-1])
         new = [record.cursor for b in batches if not b.history for record in b.records]
         assert new == cursors[5:], [cursors.index(c) for c in new]  # each once, in order
         assert all(cursors.index(c) < 4 for b in batches if b.history for c in

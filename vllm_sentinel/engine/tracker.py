@@ -115,6 +115,11 @@ _SINGLE_DEVICE_EXECUTOR: Final = re.compile(
     r"(?:gpu|cpu|xpu|hpu|habana|neuron|openvino)_executor\.py:"
 )
 _JSON: Final = LineKind.JSON
+_VLLM: Final = LineKind.VLLM
+_RAW: Final = LineKind.RAW
+_PROCESS_STARTED: Final = Event.PROCESS_STARTED
+# a line of these events is no progress (heartbeats, engine stats, modes' idle lines)
+_NO_PROGRESS: Final = frozenset({Event.HEARTBEAT, *NOT_PROGRESS})
 # Marker events whose only effect is a phase move (no figures, no special handling).
 _PLAIN_EVENTS: Final = frozenset(Event) - {
     Event.ENGINE_INIT,
@@ -435,30 +440,31 @@ class UnitTracker:
             return
         time = record_time if record_time is not None else self._clock.line_time(stamp)
         pid = line_pid or record.pid
-        has_header = kind is LineKind.VLLM or kind is LineKind.JSON
+        has_header = kind is _VLLM or kind is _JSON
         consumed, exception, started = self._tracebacks.feed(pid, body, level, has_header)
         found = None if consumed else self._matcher.match(body, kind)
         event = found.marker.event if found is not None else None
         # _attribute, inlined for the common cases: a known invocation id, or none and the
         # current incarnation.
-        incarnations = self._incs.items
+        incs = self._incs
+        incarnations = incs.items
         invocation_id = record.invocation_id
         if invocation_id is not None:
-            incarnation = self._incs.by_id.get(invocation_id) or self._incs.attribute(
-                record, pid, time
-            )
+            incarnation = incs.by_id.get(invocation_id) or incs.attribute(record, pid, time)
         elif incarnations and (
-            pid is None or pid in incarnations[-1].pids or pid not in self._incs.pid_owner
+            pid is None or pid in incarnations[-1].pids or pid not in incs.pid_owner
         ):
             incarnation = incarnations[-1]
         else:
-            incarnation = self._incs.attribute(record, pid, time)
-        if record.stream is not None:  # a left-over process writes on its start's stream
-            incarnation = self._incs.on_stream(record.stream, incarnation)
+            incarnation = incs.attribute(record, pid, time)
+        stream = record.stream
+        if stream is not None and incs.stream_owner.get(stream) is not incarnation:
+            incarnation = incs.on_stream(stream, incarnation)  # a left-over process writes
+            # on its start's stream
         if (
-            event is Event.PROCESS_STARTED
-            and record.invocation_id is None
-            and incarnation is self._incs.current()
+            event is _PROCESS_STARTED
+            and invocation_id is None
+            and incarnation is incs.current()
             and (
                 incarnation.has_banner
                 or incarnation.ended
@@ -482,7 +488,7 @@ class UnitTracker:
         elif trace_owner and pid in trace_owner:
             del trace_owner[pid]
         self._line_level = self._level_names.get(level, "none") if level else "none"
-        if kind is not LineKind.RAW or consumed or found is not None or line_pid is not None:
+        if kind is not _RAW or consumed or found is not None or line_pid is not None:
             self.recognized_lines += 1  # vLLM's shape: a header, prefix, marker or traceback
         if incarnation.started_at is None and time is not None:
             incarnation.started_at = time  # the first line with a time (excerpts start anywhere)
@@ -491,10 +497,10 @@ class UnitTracker:
         incarnation.records += 1
         incarnation.last_record_at = time
         if pid is not None and pid not in incarnation.pids:
-            self._incs.claim_pid(incarnation, pid)
+            incs.claim_pid(incarnation, pid)
         if rank is not None and (incarnation.max_rank is None or rank > incarnation.max_rank):
             incarnation.max_rank = rank
-        if event is not Event.HEARTBEAT and event not in NOT_PROGRESS:
+        if event not in _NO_PROGRESS:
             incarnation.last_progress_at = time
         if READY_TIMEOUT_NEEDLE in body:
             # the unit's environment: later starts keep it until a line says otherwise; a line

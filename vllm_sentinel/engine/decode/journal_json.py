@@ -243,7 +243,8 @@ class JournalJsonDecoder:
         # any process's to choose). Any process can write UNIT=, USER_UNIT= and
         # SYSLOG_IDENTIFIER=systemd itself (native protocol, `logger --journald`); trusting
         # that would let it invent units, their series and their crashes.
-        system_unit = self._str(get("UNIT"))
+        raw = get("UNIT")
+        system_unit = raw if raw is None or isinstance(raw, str) else self._text(raw)
         manager_unit = system_unit or self._str(get("USER_UNIT"))
         from_manager = manager_unit is not None and (
             pid == 1 if system_unit is not None else self._is_user_manager(get)
@@ -252,8 +253,14 @@ class JournalJsonDecoder:
             unit = manager_unit
             invocation = self._str(get("INVOCATION_ID")) or self._str(get("USER_INVOCATION_ID"))
         else:
-            unit = self._str(get("_SYSTEMD_UNIT")) or self._str(get("_SYSTEMD_USER_UNIT"))
-            invocation = self._str(get("_SYSTEMD_INVOCATION_ID")) or self._str(get("INVOCATION_ID"))
+            raw = get("_SYSTEMD_UNIT")
+            unit = (raw if raw is None or isinstance(raw, str) else self._text(raw)) or self._str(
+                get("_SYSTEMD_USER_UNIT")
+            )
+            raw = get("_SYSTEMD_INVOCATION_ID")
+            invocation = (
+                raw if raw is None or isinstance(raw, str) else self._text(raw)
+            ) or self._str(get("INVOCATION_ID"))
         dropped = None
         transport = get("_TRANSPORT")
         if transport == "kernel":
@@ -273,7 +280,12 @@ class JournalJsonDecoder:
             if isinstance(raw, str) and raw.isdecimal() and len(raw) <= 12
             else self._int(raw)
         )
-        machine = self._str(get("_HOSTNAME"))
+        raw = get("_HOSTNAME")
+        machine = raw if raw is None or isinstance(raw, str) else self._text(raw)
+        raw = get("MESSAGE_ID")
+        message_id = raw if raw is None or isinstance(raw, str) else self._text(raw)
+        raw = get("_STREAM_ID")
+        stream = raw if raw is None or isinstance(raw, str) else self._text(raw)
         return _new_record(
             Record,
             (
@@ -286,9 +298,9 @@ class JournalJsonDecoder:
                 identifier,
                 priority,
                 cursor,
-                self._str(get("MESSAGE_ID")),
+                message_id,
                 from_manager,
-                self._str(get("_STREAM_ID")),
+                stream,
                 dropped,
                 machine,
             ),

@@ -26,7 +26,7 @@ import os
 import stat
 import sys
 from collections.abc import Coroutine
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 import click
 
@@ -240,9 +240,15 @@ class _Commands(click.Group):
             raise _one_line(error) from None
 
 
+# click (8.2+) reports a group run without a command with the whole help as the message
+_NO_ARGS_IS_HELP: Final = getattr(click.exceptions, "NoArgsIsHelpError", ())
+
+
 def _one_line(error: click.UsageError) -> click.UsageError:
     if isinstance(error, _OneLineUsageError):
         return error
+    if isinstance(error, _NO_ARGS_IS_HELP):
+        return _OneLineUsageError("Missing command", error.ctx)
     return _OneLineUsageError(error.format_message(), error.ctx)
 
 
@@ -312,7 +318,7 @@ def replay_command(
     from datetime import UTC, datetime
 
     from vllm_sentinel.engine.report import render_text, to_json
-    from vllm_sentinel.engine.terminal_text import json_for_terminal, printable
+    from vllm_sentinel.engine.terminal_text import json_for_terminal, printable, printable_values
     from vllm_sentinel.replay import InputFormat, replay
     from vllm_sentinel.sources.replay_input import InputError, read_input
 
@@ -338,7 +344,8 @@ def replay_command(
         document = to_json(result.units)
         document["skipped"] = dict(result.skipped)
         document["warnings"] = list(result.warnings)
-        click.echo(json_for_terminal(orjson.dumps(document, option=orjson.OPT_INDENT_2)))
+        shown = printable_values(document)
+        click.echo(json_for_terminal(orjson.dumps(shown, option=orjson.OPT_INDENT_2)))
     else:
         from vllm_sentinel.serve.runbook import installed_runbook
 
@@ -829,14 +836,15 @@ def status_command(url: str | None, cacert: str | None, user: str | None, as_jso
     import orjson
 
     from vllm_sentinel.engine.report import render_status
-    from vllm_sentinel.engine.terminal_text import json_for_terminal, printable
+    from vllm_sentinel.engine.terminal_text import json_for_terminal, printable, printable_values
 
     if url is None:
         path = _installed_config(readable_only=True)
         url = _config_url(path) if path is not None else _DEFAULT_STATUS_URL
     document = fetch_status(url, cacert=cacert, user=user)
     if as_json:
-        click.echo(json_for_terminal(orjson.dumps(document, option=orjson.OPT_INDENT_2)).decode())
+        shown = printable_values(document)
+        click.echo(json_for_terminal(orjson.dumps(shown, option=orjson.OPT_INDENT_2)).decode())
         return
     click.echo(printable(render_status(document, runbook=url.rstrip("/") + "/runbook")), nl=False)
 

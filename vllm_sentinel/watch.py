@@ -57,6 +57,7 @@ from vllm_sentinel.engine.snapshot import (
     Snapshot,
     UnitSnapshot,
 )
+from vllm_sentinel.engine.terminal_text import json_for_terminal, printable_values
 from vllm_sentinel.errors import GpuCollectorError, TransportError
 from vllm_sentinel.monitor import GpuSample, HostPlan, Monitor, Tick
 from vllm_sentinel.sources.gpu import (
@@ -640,7 +641,8 @@ class JsonOutput:
 
     def events(self, events: Sequence[WatchEvent], snapshot: Snapshot) -> None:
         for event in events:
-            self._stream.write(orjson.dumps(event.to_json()).decode() + "\n")
+            shown = printable_values(event.to_json())  # log text: no terminal controls
+            self._stream.write(json_for_terminal(orjson.dumps(shown)).decode() + "\n")
         if events:
             self._stream.flush()
 

@@ -732,8 +732,11 @@ def test_demo_probes_health_and_serves_the_startup_endpoint() -> None:
             "vllm-sentinel: demo: Invalid value for '--log-level': 'loud' is not one of "
             "'debug', 'info', 'warning', 'error' (see 'vllm-sentinel demo --help')",
         ),
+        # no command at all: click's error message is the whole help (a new user's trial saw
+        # it glued behind "vllm-sentinel: " and cut)
+        ([], "vllm-sentinel: Missing command (see 'vllm-sentinel --help')"),
     ],
-    ids=["bad-value", "no-command", "no-option", "missing-argument", "bad-choice"],
+    ids=["bad-value", "no-command", "no-option", "missing-argument", "bad-choice", "bare"],
 )
 def test_a_usage_error_is_one_line_and_status_2(args: list[str], expected: str) -> None:
     """Click's usage errors are three lines (usage, hint, error); ours are one, like every error."""

@@ -52,3 +52,17 @@ def test_replay_prints_no_control_sequence(tmp_path: Path, output: str) -> None:
     out = result.stdout.decode("utf-8")
     assert "boom" in out
     assert not _CONTROLS & set(out)
+    if output == "json":
+        # nor any value once decoded: `jq -r .…message` writes what the value holds
+        assert not [text for text in _strings(orjson.loads(out)) if _CONTROLS & set(text)]
+
+
+def _strings(value: object) -> list[str]:
+    """Every string of a JSON document, keys included."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [text for key, item in value.items() for text in (key, *_strings(item))]
+    if isinstance(value, list):
+        return [text for item in value for text in _strings(item)]
+    return []

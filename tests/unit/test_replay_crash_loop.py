@@ -81,7 +81,18 @@ def test_no_earlier_incarnations_no_key() -> None:
     """A log whose every incarnation is shown has no summary (the document is unchanged)."""
     (unit,) = replay([[_loop(3)]]).units
     assert "earlier_incarnations" not in to_json([unit])["units"][0]
-    assert "3 incarnation(s)" in render_text([unit])
+    assert "unit vllm: 3 incarnations\n" in render_text([unit])
+
+
+def test_counts_are_written_in_singular_and_plural() -> None:
+    """One of a thing is singular (a new user's trial read ``1 incarnation(s)``, ``1 crashes``,
+    ``1 earlier incarnations``)."""
+    (unit,) = replay([[_loop(1)]]).units
+    assert "unit vllm: 1 incarnation\n" in render_text([unit])
+    (unit,) = replay([[_loop(4)]], keep=3).units
+    text = render_text([unit])
+    assert "  1 earlier incarnation: 1 kv_cache_insufficient" in text
+    assert "  totals: 4 starts, 4 crashes: 2 killed, 2 kv_cache_insufficient" in text
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -98,7 +109,7 @@ def test_all_prints_every_incarnation(crash_loop: Path) -> None:
     """`--all`: 2,001 incarnations, numbered 1 to 2,001, no summary line."""
     done = _cli("--all", str(crash_loop))
     assert done.returncode == 0, done.stderr
-    assert "unit vllm: 2,001 incarnation(s)" in done.stdout
+    assert "unit vllm: 2,001 incarnations\n" in done.stdout
     assert done.stdout.count("\n  incarnation ") == 2001
     assert "earlier incarnations" not in done.stdout
 

@@ -522,6 +522,13 @@ def _wrapped(line: str, width: int | None) -> list[str]:
     )
 
 
+def _many(count: int, thing: str) -> str:
+    """``1 crash``, ``2,001 crashes``, ``1 incarnation``: a count and its noun."""
+    if count == 1:
+        return f"1 {thing}"
+    return f"{count:,} {thing}es" if thing.endswith(("sh", "ch", "s")) else f"{count:,} {thing}s"
+
+
 def _counts(counts: Mapping[str, int]) -> str:
     """``{"killed": 1000, "kv_cache_insufficient": 993}`` → ``1,000 killed, 993 kv_…``."""
     return ", ".join(f"{count:,} {label}" for label, count in counts.items())
@@ -535,7 +542,8 @@ def _earlier_line(earlier: EarlierIncarnations) -> str:
     if earlier.last_ended_at is not None:
         when.append(f"last ended {_clock(earlier.last_ended_at)}")
     times = f" ({', '.join(when)})" if when else ""
-    return f"{earlier.count:,} earlier incarnations: {_counts(earlier.by_outcome)}{times}"
+    summed = _many(earlier.count, "earlier incarnation")
+    return f"{summed}: {_counts(earlier.by_outcome)}{times}"
 
 
 def _totals_line(unit: UnitSnapshot) -> str:
@@ -548,7 +556,7 @@ def _totals_line(unit: UnitSnapshot) -> str:
         )
     )
     detail = f": {_counts(by_cause)}" if by_cause else ""
-    return f"totals: {unit.starts_total:,} starts, {crashes:,} crashes{detail}"
+    return f"totals: {_many(unit.starts_total, 'start')}, {_many(crashes, 'crash')}{detail}"
 
 
 def render_text(
@@ -580,12 +588,12 @@ def render_text(
         if earlier.count:
             total = earlier.count + len(unit.incarnations)
             out.append(
-                f"unit {unit.unit}{where}: {total:,} incarnations (the last "
+                f"unit {unit.unit}{where}: {_many(total, 'incarnation')} (the last "
                 f"{len(unit.incarnations):,} shown; --all shows every one)"
             )
             out.append(f"  {_earlier_line(earlier)}")
         else:
-            out.append(f"unit {unit.unit}{where}: {len(unit.incarnations):,} incarnation(s)")
+            out.append(f"unit {unit.unit}{where}: {_many(len(unit.incarnations), 'incarnation')}")
         comparisons = startup_comparisons(unit.incarnations)
         pairs = zip(unit.incarnations, comparisons, strict=True)
         context = hint_context(unit)  # its unit, and the crashes a later start recovered from

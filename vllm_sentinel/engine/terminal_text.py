@@ -5,8 +5,9 @@ sets its title or writes the clipboard, a DCS talks to the terminal itself, ``CS
 (``ESC [`` or the one-byte C1 ``\\x9b``) moves the cursor or repaints lines, a backspace or
 carriage return hides what came before. ``status``, ``replay`` and ``watch`` print log text,
 so everything they print goes through ``printable``: escape sequences are removed whole and
-every other C0/C1 control but tab and newline is dropped. ``json_for_terminal`` writes the
-C1 controls and DEL of a JSON document as ``\\u`` escapes (the same JSON value; orjson
+every other C0/C1 control but tab and newline is dropped. A JSON document they print goes
+through ``printable_values`` first (``jq -r`` writes a value as it is), then
+``json_for_terminal``, which writes any C1 control and DEL left as ``\\u`` escapes (orjson
 already escapes C0).
 """
 
@@ -15,7 +16,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
-__all__ = ["json_for_terminal", "printable"]
+__all__ = ["json_for_terminal", "printable", "printable_values"]
 
 _SEQUENCE: Final = re.compile(
     r"(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]?"  # CSI … final byte
@@ -47,3 +48,15 @@ def json_for_terminal(document: bytes) -> bytes:
     """A UTF-8 JSON document with DEL and C1 controls written as ``\\u00XX`` escapes."""
     text = document.decode("utf-8")
     return _JSON_C1.sub(lambda found: f"\\u{ord(found.group()):04x}", text).encode("utf-8")
+
+
+def printable_values(document: object) -> object:
+    """``document`` (JSON-shaped: dicts, lists, strings, numbers) with ``printable`` applied
+    to every string in it, keys included; other values are returned as they are."""
+    if isinstance(document, str):
+        return printable(document)
+    if isinstance(document, dict):
+        return {printable(str(key)): printable_values(value) for key, value in document.items()}
+    if isinstance(document, list | tuple):
+        return [printable_values(value) for value in document]
+    return document

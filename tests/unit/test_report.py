@@ -381,3 +381,14 @@ class TestCrashIdentity:
             f"`journalctl --unit {unit.unit} --since '2025-03-01 12:20:00 UTC' "
             "--until '2025-03-01 12:31:00 UTC' -o cat`"
         ) in hint["text"], hint["text"]
+
+
+def test_a_verdict_without_a_message_ends_at_the_exception() -> None:
+    """``TimeoutError`` raised with no message: the verdict names the class and stops there
+    (a new user's trial read ``root cause timeout: TimeoutError: ``, a dangling colon)."""
+    from vllm_sentinel.engine.report import verdict
+
+    crash = CrashInfo(CrashCause.TIMEOUT, "TimeoutError", "", Phase.STARTING, AT, None)
+    item = replace(basic_snapshot().hosts[0].units[0].incarnations[-1], crash=crash)
+    item = replace(item, outcome=Outcome.CRASHED)
+    assert verdict(item) == "crashed during starting — root cause timeout: TimeoutError"

@@ -433,7 +433,12 @@ def verdict(
     """
     if item.outcome is Outcome.CRASHED and item.crash is not None:
         crash = item.crash
-        what = f"{crash.exception}: {crash.message}" if crash.exception else crash.message
+        message = crash.message.strip()
+        what = (
+            f"{crash.exception}: {message}"
+            if crash.exception and message
+            else (crash.exception or message)
+        )
         text = f"crashed during {crash.phase.value} — root cause {crash.cause.value}"
         return f"{text}: {what}" if what else text
     if item.outcome is Outcome.STOPPED:

@@ -285,5 +285,7 @@ def replay(
                     "`journalctl -o json` output to see each unit on its own"
                 )
         units.append(snapshot)
+    if unit is not None and not units and (others := trackers.passed_over()):
+        warnings.append(f"no unit matches {unit!r}; the input holds {', '.join(others)}")
     units.sort(key=lambda snapshot: (snapshot.host or "", snapshot.unit))
     return ReplayResult(tuple(units), skipped, repaired, lines, tuple(warnings))

@@ -50,3 +50,18 @@ def test_journal_json_units_are_untouched() -> None:
     result = replay([[record]])
     assert [unit.unit for unit in result.units] == ["vllm-a.service"]
     assert result.warnings == ()
+
+
+def test_a_unit_filter_that_matches_nothing_says_which_units_there_are() -> None:
+    """``--unit 'nomatch*'`` on a journal: no unit matched, and the output says so and names
+    the units the input holds (a new user's trial read only ``no vLLM records found``)."""
+    record = (
+        b'{"__CURSOR":"s=1;i=1","__REALTIME_TIMESTAMP":"1772958001000000","_SYSTEMD_UNIT":'
+        b'"vllm-a.service","MESSAGE":"INFO 03-08 08:20:05 [api_server.py:1043] vLLM API server '
+        b'version 0.17.0"}\n'
+    )
+    result = replay([[record]], unit="nomatch*")
+    assert result.units == ()
+    (warning,) = result.warnings
+    assert warning == "no unit matches 'nomatch*'; the input holds vllm-a.service"
+    assert replay([[record]], unit="vllm-*").warnings == ()

@@ -1173,6 +1173,11 @@ class TrackerSet:
         for tracker in self._trackers.values():
             tracker.counting = value
 
+    def passed_over(self, limit: int = 5) -> list[str]:
+        """Up to ``limit`` unit names of records that no pattern selected, sorted (what a
+        filter that matched nothing can name; from the bounded cache of ``wants``)."""
+        return sorted(unit for unit, wanted in self._wanted.items() if not wanted)[:limit]
+
     def wants(self, unit: str) -> bool:
         """True when ``unit`` matches the configured names or globs."""
         if not self._patterns:

@@ -392,3 +392,40 @@ def test_a_verdict_without_a_message_ends_at_the_exception() -> None:
     item = replace(basic_snapshot().hosts[0].units[0].incarnations[-1], crash=crash)
     item = replace(item, outcome=Outcome.CRASHED)
     assert verdict(item) == "crashed during starting — root cause timeout: TimeoutError"
+
+
+def test_a_timeline_row_without_a_time_keeps_the_columns() -> None:
+    """A phase entered on a line without a time shows ``?`` padded to the date's width, so the
+    phase column stays where the dated rows have it (a new user's trial saw it jump left)."""
+    from vllm_sentinel.replay import replay
+
+    log = (
+        b"Traceback (most recent call last):\n"
+        b'  File "/usr/lib/python3/dist-packages/vllm/v1/engine/core.py", line 1, in run\n'
+        b"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n"
+    )
+    (unit,) = replay([[log]]).units
+    rows = [line for line in render_text([unit]).splitlines() if line.startswith("    ?")]
+    assert rows, render_text([unit])
+    assert all(row.startswith("    ?" + " " * 18 + "  ") for row in rows), rows
+    assert all(row[4 + 19 + 2] != " " for row in rows), rows
+
+
+def test_the_reason_for_no_comparison_is_true_with_last() -> None:
+    """``--last 2`` on a log of three starts: the last start's reason for comparing with none
+    is about the incarnations shown before it, and says the summed-up one was not compared
+    with (it was told about the shown ones up to its display number, itself included, and
+    said "loaded the same way": false)."""
+    from vllm_sentinel.replay import replay
+
+    log = next((Path(__file__).parents[1] / "golden" / "logs").glob("101-*.log")).read_bytes()
+    every = render_text(replay([[log]], keep=None).units)
+    last_two = render_text(replay([[log]], keep=2).units)
+    (reason,) = [line for line in every.splitlines() if line.startswith("    startup ")]
+    assert reason.endswith("that became ready with its start seen (one read from its middle "
+                           "has no whole durations)")  # fmt: skip
+    (shown,) = [line for line in last_two.splitlines() if line.startswith("    startup ")]
+    assert shown == (
+        "    startup 31s: no earlier start in this input that became ready (1 earlier "
+        "incarnation summed up is not compared with: --all compares with every one)"
+    )

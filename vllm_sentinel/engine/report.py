@@ -465,23 +465,31 @@ def verdict(
 
 
 def _startup_line(
-    comparison: StartupComparison, earlier: Sequence[IncarnationSnapshot] = ()
+    comparison: StartupComparison, earlier: Sequence[IncarnationSnapshot] = (), summed: int = 0
 ) -> str:
     """The startup line of a start that became ready; ``earlier``: the unit's incarnations
-    before it in the input (to say why none is compared with)."""
+    shown before it (to say why none is compared with); ``summed``: how many earlier ones
+    were summed up (``--last``), which nothing here was compared with."""
     took = format_duration(comparison.startup_seconds)
     if not comparison.compared_starts:
+        verb = "is" if summed == 1 else "are"
+        among = (
+            f" ({_many(summed, 'earlier incarnation')} summed up {verb} not compared with: "
+            "--all compares with every one)"
+            if summed
+            else ""
+        )
         if not earlier:
-            return f"    startup {took}: no earlier start in this input to compare with"
+            return f"    startup {took}: no earlier start in this input to compare with{among}"
         if any(startup_record(item) is not None for item in earlier):  # vllm2026
             return (
                 f"    startup {took}: no earlier start in this input that loaded the same way "
-                "(full loads, weight-cache maps and startup-plan boots are compared apart)"
+                f"(full loads, weight-cache maps and startup-plan boots are compared apart){among}"
             )
         excerpt = any(item.furthest_phase is Phase.READY for item in earlier)
         why = " with its start seen (one read from its middle has no whole durations)"
         why = why if excerpt else ""
-        return f"    startup {took}: no earlier start in this input that became ready{why}"
+        return f"    startup {took}: no earlier start in this input that became ready{why}{among}"
     whose = "of this model" if comparison.same_model else "of any model"
     starts = "start" if comparison.compared_starts == 1 else "starts"
     usual = format_duration(comparison.usual_startup_seconds)
@@ -632,10 +640,11 @@ def render_text(
                 if typical is not None and took:
                     took = f"{took:<9} usual {format_duration(typical)}"
                 out.append(
-                    f"    {_clock(entry.entered_at)}  {entry.phase.value:<22} {took}".rstrip()
+                    f"    {_clock(entry.entered_at):<19}  {entry.phase.value:<22} {took}".rstrip()
                 )
             if comparison is not None:
-                out.append(_startup_line(comparison, unit.incarnations[: number - 1]))
+                shown_before = unit.incarnations[: number - 1 - earlier.count]
+                out.append(_startup_line(comparison, shown_before, earlier.count))
             for line in mode_lines(item):  # modes_report (vllm2026)
                 out += _wrapped(line, width)
             if item.benign_errors:

@@ -38,6 +38,7 @@ from vllm_sentinel.replay import replay
 __all__ = [
     "BAR",
     "KEYS",
+    "LABEL_COLUMNS",
     "REFERENCE_YEAR",
     "SETS",
     "LogScore",
@@ -51,6 +52,19 @@ __all__ = [
     "score_directory",
     "score_log",
 ]
+
+# the columns of a LABELS.md row (../shared/corpus and every labelled set here)
+LABEL_COLUMNS = (
+    "file",
+    "source",
+    "vllm_version",
+    "tp",
+    "furthest_phase",
+    "outcome",
+    "crash_cause",
+    "root_cause_exception",
+    "notes",
+)
 
 KEYS = (
     "furthest_phase",

@@ -13,19 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.golden.scoring import LABEL_COLUMNS
+
 HERE = Path(__file__).parent
 SHARED = HERE.parents[2] / "shared" / "corpus"
-COLUMNS = (
-    "file",
-    "source",
-    "vllm_version",
-    "tp",
-    "furthest_phase",
-    "outcome",
-    "crash_cause",
-    "root_cause_exception",
-    "notes",
-)
 
 
 def _shared() -> Path:
@@ -40,8 +31,8 @@ def _rows(shared: Path) -> dict[str, dict[str, str]]:
         if not re.match(r"^\| \d{3}-", line):
             continue
         cells = [cell.strip() for cell in re.split(r"(?<!\\)\|", line)[1:-1]]
-        assert len(cells) == len(COLUMNS), line[:80]
-        rows[cells[0]] = dict(zip(COLUMNS, cells, strict=True))
+        assert len(cells) == len(LABEL_COLUMNS), line[:80]
+        rows[cells[0]] = dict(zip(LABEL_COLUMNS, cells, strict=True))
     return rows
 
 
@@ -59,5 +50,5 @@ def test_every_expected_file_repeats_its_shared_labels_row() -> None:
     for name, row in rows.items():
         document = json.loads((HERE / "logs" / name).with_suffix(".expected.json").read_text())
         assert document["source"] == row["source"], name
-        for column in COLUMNS[2:8]:
+        for column in LABEL_COLUMNS[2:8]:
             assert document["labels"][column] == row[column], (name, column)

@@ -25,6 +25,7 @@ import pytest
 from tests.golden.scoring import (
     BAR,
     KEYS,
+    LABEL_COLUMNS,
     SETS,
     Score,
     format_report,
@@ -88,18 +89,6 @@ LABEL_KEYS = {
 }
 """``expect`` key -> the label it is mapped from."""
 
-COLUMNS = (
-    "file",
-    "source",
-    "vllm_version",
-    "tp",
-    "furthest_phase",
-    "outcome",
-    "crash_cause",
-    "root_cause_exception",
-    "notes",
-)
-
 
 @cache
 def _labels_table(name: str) -> dict[str, dict[str, str]]:
@@ -109,8 +98,8 @@ def _labels_table(name: str) -> dict[str, dict[str, str]]:
         if not re.match(r"^\| \d{3}-", line):
             continue
         cells = [cell.strip().replace("\\|", "|") for cell in re.split(r"(?<!\\)\|", line)[1:-1]]
-        assert len(cells) == len(COLUMNS), line[:80]
-        row = dict(zip(COLUMNS, cells, strict=True))
+        assert len(cells) == len(LABEL_COLUMNS), line[:80]
+        row = dict(zip(LABEL_COLUMNS, cells, strict=True))
         rows[row["file"]] = row
     return rows
 
@@ -165,7 +154,7 @@ class TestLabels:
         document = _expected(log)
         assert document["file"] == log.name
         assert document["source"] == row["source"]
-        assert document["labels"] == {column: row[column] for column in COLUMNS[2:8]}
+        assert document["labels"] == {column: row[column] for column in LABEL_COLUMNS[2:8]}
 
     @pytest.mark.parametrize(("name", "log"), ALL_LOGS, ids=ALL_IDS)
     def test_expect_holds_only_confident_labels_mapped_to_engine_values(

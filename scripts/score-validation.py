@@ -2,14 +2,15 @@
 """Print the engine's score on a labelled set of issues 10 and 19: real logs labelled by hand.
 
 Replays every ``NNN-slug.log`` of a set (``--set validation``, the default, ``--set holdout``,
-``--set fresh`` or ``--set fresh2``; or the logs of ``--dir``), compares each confident label of
-its ``.expected.json`` and prints a table per log, the totals (labels, right, wrong; per key)
+``--set fresh``, ``--set fresh2`` or ``--set fresh3``; or the logs of ``--dir``), compares each
+confident label of its ``.expected.json`` and prints a table per log, the totals (labels, right, wrong; per key)
 and every miss with its expected and actual value. See ``tests/golden/<set>/README.md`` for how each set was built.
 
     python scripts/score-validation.py                       # the validation set; exit 0
     python scripts/score-validation.py --set holdout         # the holdout set
     python scripts/score-validation.py --set fresh           # the fresh set
     python scripts/score-validation.py --set fresh2          # issue 19's fresh set
+    python scripts/score-validation.py --set fresh3          # issue 19's second fresh set
     python scripts/score-validation.py --fail-under 0.95     # exit 1 below the bar
 
 Exit status: 0, or 1 with ``--fail-under`` when the score is below it; 2 for a bad directory.

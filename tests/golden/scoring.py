@@ -2,10 +2,11 @@
 
 A *labelled set* is a directory of ``tests/golden`` named in ``SETS``: ``validation`` (the first
 set, since used to improve the engine), ``holdout`` (the second, read miss by miss since),
-``fresh`` (the third, read miss by miss after its first run) and ``fresh2`` (the fourth, issue
+``fresh`` (the third, read miss by miss after its first run), ``fresh2`` (the fourth, issue
 19's held-out logs, mostly crashes: never used to change the engine, so it measures how root
-causes generalise). A *labelled log* is ``NNN-slug.log`` with ``NNN-slug.expected.json`` beside
-it (the shape of ``tests/golden/logs/*.expected.json``). Only the keys of ``expect`` are scored,
+causes generalise) and ``fresh3`` (the fifth, issue 19's second held-out set of crashes, built
+the same way, not run yet). A *labelled log* is ``NNN-slug.log`` with ``NNN-slug.expected.json``
+beside it (the shape of ``tests/golden/logs/*.expected.json``). Only the keys of ``expect`` are scored,
 each one label:
 
 - ``furthest_phase``: the furthest phase over all incarnations of the unit;
@@ -82,7 +83,10 @@ REFERENCE_YEAR = 2026
 BAR = 0.95
 """Issue 10: a labelled set scores at least 95 % of its confident labels."""
 
-SETS = {name: Path(__file__).parent / name for name in ("validation", "holdout", "fresh", "fresh2")}
+SETS = {
+    name: Path(__file__).parent / name
+    for name in ("validation", "holdout", "fresh", "fresh2", "fresh3")
+}
 """The labelled sets by name -> their directory (``NNN-slug.log``, ``.expected.json``, LABELS.md)."""
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
 from types import MappingProxyType
 from typing import Any, Final
@@ -399,7 +399,18 @@ def read_figures(incarnation: Incarnation, event: Event, groups: Mapping[str, st
         if progress.weights_shards_total:
             figures["weights_shards_loaded"] = progress.weights_shards_total
     if figures:
-        incarnation.progress = replace(progress, **figures)
+        incarnation.progress = _updated(progress, figures)
+
+
+_FIELDS: Final = tuple(item.name for item in fields(Progress))
+
+
+def _updated(progress: Progress, changes: Mapping[str, Any]) -> Progress:
+    """``progress`` with ``changes`` (field name → value): ``dataclasses.replace`` without its
+    per-call field introspection and keywords (a shard or graph bar line makes one)."""
+    return Progress(
+        *[changes[name] if name in changes else getattr(progress, name) for name in _FIELDS]
+    )
 
 
 def _shifted(time: datetime | None, seconds: float | None) -> datetime | None:
@@ -454,4 +465,4 @@ def read_progress_bar(
             changes["weights_progress_at"] = at
         elif previous is not None and done > (previous.done or 0):
             changes["weights_progress_at"] = at
-    incarnation.progress = replace(incarnation.progress, **changes)
+    incarnation.progress = _updated(incarnation.progress, changes)

@@ -300,7 +300,7 @@ class UnitTracker:
                     # forged stamp, cannot settle crashes; later lines bring the time back)
                     previous = self._previous_time
                     self._previous_time = time
-                    if previous is None or time - previous <= self._jump:
+                    if previous is None or time <= previous or time - previous <= self._jump:
                         self._latest_time = time
                     else:
                         self._latest_time = previous
@@ -438,7 +438,12 @@ class UnitTracker:
             for part in body.split("\n"):
                 self._feed_line(record, part, record_time, parsed._replace(body=part))
             return
-        time = record_time if record_time is not None else self._clock.line_time(stamp)
+        if record_time is not None:
+            time: datetime | None = record_time
+        elif stamp is None:
+            time = self._clock.last_time  # ``line_time(None)`` without the call (hot path)
+        else:
+            time = self._clock.line_time(stamp)
         pid = line_pid or record.pid
         has_header = kind is _VLLM or kind is _JSON
         consumed, exception, started = self._tracebacks.feed(pid, body, level, has_header)
@@ -537,7 +542,10 @@ class UnitTracker:
                 self._drop_stand_in(pid)
             self._on_exception(incarnation, exception, kind, role, time, pid)
         elif found is not None:
-            self._on_marker(incarnation, found, body, time, source, role, pid)
+            marker, groups = found
+            if groups or marker.phase is not incarnation.phase or event not in _PLAIN_EVENTS:
+                self._on_marker(incarnation, found, body, time, source, role, pid)
+            # else a marker of the phase the incarnation is in (access lines, routes): no-op
         elif not consumed and kind is LineKind.RAW and not incarnation.ended:
             failure = classify_failure_line(body)
             if failure is not None:

@@ -27,6 +27,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import IntEnum, StrEnum
+from functools import lru_cache
 from typing import Final
 
 from vllm_sentinel.engine.catalog.failures import FailureCatalog, packaged_catalog, site_of
@@ -345,6 +346,7 @@ _ENGINE_DEAD: Final = re.compile("|".join(f"(?:{p})" for p in ENGINE_DEAD_PATTER
 _STOP_REQUEST: Final = re.compile("|".join(f"(?:{p})" for p in STOP_REQUEST_PATTERNS))
 _WRAPPER: Final = re.compile("|".join(f"(?:{p})" for p in WRAPPER_PATTERNS))
 _NOISE: Final = re.compile("|".join(f"(?:{p})" for p in NOISE_PATTERNS))
+_MEMO: Final = 512  # classifications remembered (messages are at most ~1,000 characters)
 _REQUEST: Final = re.compile("|".join(f"(?:{p})" for p in REQUEST_ERROR_PATTERNS))
 # an exception's message that begins with another exception's class ("OutOfMemoryError: HIP
 # out of memory…" inside torch._inductor's InductorError)
@@ -428,6 +430,7 @@ def _text_cause(exception: str, message: str, catalog: FailureCatalog, depth: in
     return cause
 
 
+@lru_cache(maxsize=_MEMO)
 def classify_exception(
     exception: str, message: str, frame: str | None = None
 ) -> tuple[CrashCause, EvidenceKind]:
@@ -445,6 +448,9 @@ def classify_exception(
     Returns:
         ``(cause, kind)``; an exception that matches no rule is ``(UNKNOWN, REAL)``: a real
         failure of a kind the table does not know yet.
+
+    Pure, so memoised (``_MEMO`` entries): a crash loop prints the same exception on every
+    start, and each is matched against the catalog and every rule once.
     """
     text = f"{exception}: {message}" if exception else message
     cause, is_default = catalog_cause(exception, message, frame)
@@ -527,8 +533,10 @@ def is_stop_request(exception: str, message: str) -> bool:
     return _STOP_REQUEST.search(text) is not None
 
 
+@lru_cache(maxsize=_MEMO)
 def is_request_error(exception: str, message: str, context: str | None) -> bool:
-    """Say whether an exception belongs to one request (never a crash cause)."""
+    """Say whether an exception belongs to one request (never a crash cause); memoised as
+    ``classify_exception`` is."""
     if _REQUEST.search(exception) or _REQUEST.search(message):
         return True
     return context is not None and _REQUEST.search(context) is not None

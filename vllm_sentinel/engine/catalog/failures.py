@@ -22,9 +22,9 @@ what can fail (``docs/markers.md`` counts both).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from importlib import resources
 from typing import Final
 
 __all__ = [
@@ -44,6 +44,8 @@ _MAX_VALUE: Final = 240  # a formatted value that runs into a cut is at most thi
 _MIN_ANCHOR: Final = 16  # a template beginning with a value needs a fixed part this long
 _UNKNOWN: Final = "unknown"
 _UNKNOWN_ROW: Final = "unknown\t"  # a row's first column is its cause
+# a raise of unknown cause (a row after the header): its fifth column, ``raised_in``
+_UNKNOWN_RAISE_SITE: Final = re.compile(rb"\nunknown\traise\t[^\t\n]*\t[^\t\n]*\t([^\t\n]*)\t")
 
 
 @dataclass(frozen=True, slots=True)
@@ -326,11 +328,28 @@ def load_rows(text: str | None = None, everything: bool = False) -> tuple[Failur
     Raises:
         ValueError: the header is not ``_COLUMNS``, or a line has another number of fields.
     """
-    if text is not None:
-        return _read_rows(iter(text.split("\n")), everything)
-    packaged = resources.files("vllm_sentinel.engine.catalog").joinpath(_DATA)
-    with packaged.open("r", encoding="utf-8") as lines:
-        return _read_rows(lines, everything)
+    if text is None:
+        data = _packaged_bytes()
+        text = data.decode("utf-8") if everything else _known_text(data)
+    elif not everything:
+        end = text.find("\n" + _UNKNOWN_ROW)
+        if end >= 0:
+            text = text[:end]  # the rows of a known cause come first
+    return _read_rows(iter(text.split("\n")), everything)
+
+
+def _packaged_bytes() -> bytes:
+    """The packaged ``failures.tsv`` (about 2.7 MB), read when a crash is first classified."""
+    from importlib import resources  # here, not at import: most runs never read it
+
+    return resources.files("vllm_sentinel.engine.catalog").joinpath(_DATA).read_bytes()
+
+
+def _known_text(data: bytes) -> str:
+    """The header and the rows of a known cause of the TSV ``data`` (they come first: only they
+    are decoded, about a fifth of the file)."""
+    end = data.find(b"\n" + _UNKNOWN_ROW.encode())
+    return (data if end < 0 else data[:end]).decode("utf-8")
 
 
 def _read_rows(lines: Iterator[str], everything: bool) -> tuple[FailureRow, ...]:
@@ -372,18 +391,11 @@ def unknown_sites(text: str | None = None) -> frozenset[str]:
     """The raise sites (``file:function``) of the catalog's rows of unknown cause, from
     ``text`` (the TSV) or the packaged ``failures.tsv`` (``FailureCatalog``'s ``mixed_sites``:
     matching loads only the rows of a known cause)."""
-    if text is not None:
-        lines: list[str] = text.split("\n")
-    else:
-        packaged = resources.files("vllm_sentinel.engine.catalog").joinpath(_DATA)
-        lines = packaged.read_text(encoding="utf-8").split("\n")
-    sites = set()
-    for line in lines:
-        if line.startswith(_UNKNOWN_ROW):
-            fields = line.split("\t", 5)
-            if len(fields) > 4 and fields[1] == "raise":
-                sites.add(fields[4])
-    return frozenset(sites)
+    return _unknown_sites(_packaged_bytes() if text is None else text.encode("utf-8"))
+
+
+def _unknown_sites(data: bytes) -> frozenset[str]:
+    return frozenset(site.decode("utf-8") for site in _UNKNOWN_RAISE_SITE.findall(data))
 
 
 class _Packaged:
@@ -404,6 +416,8 @@ def packaged_catalog() -> FailureCatalog:
     a replay without one) does not pay its ~50 ms."""
     catalog = _PACKAGED.catalog
     if catalog is None:
-        catalog = FailureCatalog(load_rows(), unknown_sites())
+        data = _packaged_bytes()
+        rows = _read_rows(iter(_known_text(data).split("\n")), everything=False)
+        catalog = FailureCatalog(rows, _unknown_sites(data))
         _PACKAGED.catalog = catalog
     return catalog

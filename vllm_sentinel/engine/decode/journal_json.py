@@ -41,6 +41,9 @@ __all__ = [
 
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _MAX_MESSAGE: Final = 1 << 20
+# µs since the epoch that always make a time (17 digits: up to the year 5138); longer ones go
+# through ``_realtime``, which counts the ones past year 9999
+_MAX_REALTIME_DIGITS: Final = 17
 _new_record: Final = tuple.__new__  # Record without the keyword-default wrapper (hot path)
 
 JOURNAL_FIELDS: tuple[str, ...] = (
@@ -224,11 +227,10 @@ class JournalJsonDecoder:
         if cursor is not None:
             self.last_cursor = cursor
         raw = get("__REALTIME_TIMESTAMP")
-        realtime = (
-            self._realtime_from_text(raw)
-            if isinstance(raw, str) and raw.isdecimal()
-            else self._realtime(raw)
-        )
+        if isinstance(raw, str) and raw.isdecimal() and len(raw) <= _MAX_REALTIME_DIGITS:
+            realtime: datetime | None = _EPOCH + timedelta(microseconds=int(raw))
+        else:
+            realtime = self._realtime(raw)
         raw = get("SYSLOG_IDENTIFIER")
         identifier = raw if raw is None or isinstance(raw, str) else self._text(raw)
         raw = get("_PID")
@@ -322,14 +324,6 @@ class JournalJsonDecoder:
         if value is None or isinstance(value, str):
             return value
         return self._text(value)
-
-    def _realtime_from_text(self, text: str) -> datetime | None:
-        """``__REALTIME_TIMESTAMP`` digits (µs since the epoch) → time."""
-        try:
-            return _EPOCH + timedelta(microseconds=int(text))
-        except (ValueError, OverflowError):
-            self.skipped["invalid_field"] += 1
-            return None
 
     def _realtime(self, value: object) -> datetime | None:
         text = self._text(value)

@@ -158,7 +158,9 @@ PASTE_ARTEFACTS: tuple[PasteArtefact, ...] = (
         "`Traceback`), its digits taken as any digit, when one such shape starts nine in ten of "
         "the window's lines that are no known wrapper's, and the lines it starts then parse as "
         "vLLM's (a header they did not have, never a prefix vLLM's line parser reads itself: "
-        "`(EngineCore pid=1) `, `[rank0]: `), is removed from every line it starts",
+        "`(EngineCore pid=1) `, `[rank0]: `), is removed from every line it starts; an input "
+        "of only 1–2 lines with a head (a notebook's `vLLM STDOUT: ` on a two-line paste) needs "
+        "total evidence: every headed line has the shape and every line it starts gains a parse",
     ),
 )
 
@@ -637,7 +639,10 @@ class PasteReader:
         Each line's prefix is the text before its first record head (``_HEAD``) that no
         wrapper row explains; its shape is that text with every digit as ``0``. The most
         common shape is a wrapper when it starts nine in ten of the lines with a head, and
-        the lines it starts become vLLM-shaped lines by losing it (``parse_line``).
+        the lines it starts become vLLM-shaped lines by losing it (``parse_line``). With
+        fewer than ``_MIN_PREFIXED_LINES`` headed lines a share means little: the prefix is
+        taken only when every headed line has its shape and every line it starts (headed or
+        not) turns from raw text into a vLLM line without it.
         """
         shapes: Counter[str] = Counter()
         headed = 0
@@ -650,24 +655,28 @@ class PasteReader:
             if start == 0 or start > _MAX_PREFIX or self._wrapper_length(line) >= start:
                 continue
             shapes[_DIGIT.sub("0", line[:start])] += 1
-        if not shapes or headed < _MIN_PREFIXED_LINES:
+        if not shapes:
             return None
+        short = headed < _MIN_PREFIXED_LINES  # 1–2 headed lines: the evidence must be total
         shape, count = shapes.most_common(1)[0]
-        if count < _PREFIXED_SHARE * headed or not shape.strip(" "):
+        if count < (headed if short else _PREFIXED_SHARE * headed) or not shape.strip(" "):
             return None  # too few lines; or indentation only (a dict dump, frames)
         pattern = "".join(r"\d" if char == "0" else re.escape(char) for char in shape)
         regex = re.compile(pattern)
-        gained = kept = 0
+        gained = kept = matched = 0
         for line in lines:
             found = regex.match(line)
             if found is None:
                 continue
+            matched += 1
             before = parse_line(line).kind
             after = parse_line(line[found.end() :]).kind
             if before is LineKind.RAW and after is not LineKind.RAW:
                 gained += 1
             elif after is before:
                 kept += 1
+        if short:  # every line the prefix starts becomes a vLLM line by losing it
+            return pattern if gained == matched else None
         return pattern if gained > kept or (gained and gained * 2 >= count) else None
 
     def _strip_prefix(self, line: str, *, counting: bool = True) -> str:

@@ -80,6 +80,9 @@ class ExceptionEvent(NamedTuple):
             validate_chat_template``): where the exception was raised, if known.
         phase: the startup phase the innermost vLLM frame that names one ran in
             (``frames.FRAME_PHASES``: ``profile_run`` → profiling_kv_cache), if any.
+        continued: True when this event only completes the message of the exception line
+            before it, which had none (``ImportError: `` and then ``str(e)`` on the lines
+            after it, unindented: NumPy's ABI error); it replaces that event.
     """
 
     exception: str
@@ -90,6 +93,7 @@ class ExceptionEvent(NamedTuple):
     in_traceback: bool
     frame: str | None = None
     phase: Phase | None = None
+    continued: bool = False
 
 
 class CutTraceback(NamedTuple):
@@ -119,8 +123,8 @@ _MARKS: Final = frozenset("^~ ")  # CPython 3.11+ position marks under a source 
 
 class _Stream:
     __slots__ = (
-        "chained", "context", "frame", "frames", "logged", "phase", "quiet", "source", "state",
-        "survivor",
+        "blank", "chained", "context", "frame", "frames", "logged", "phase", "quiet", "source",
+        "state", "survivor",
     )  # fmt: skip
 
     def __init__(self) -> None:
@@ -134,6 +138,9 @@ class _Stream:
         self.context: str | None = None
         self.logged = False
         self.chained = False
+        # the last exception line ended in ``Cls: `` with no message: its message may follow
+        # on the next lines, unindented (``str(e)`` starting with a newline)
+        self.blank: ExceptionEvent | None = None
 
 
 class TracebackAssembler:
@@ -290,20 +297,39 @@ class TracebackAssembler:
                 stream.frame,
                 stream.phase,
             )
+            blank = found is not None and found.group("msg") is not None and not message.strip()
+            stream.blank = event if blank else None
             return True, event, False
         if not body:
+            stream.blank = None  # a message on the lines after its class ends at a blank line
             return True, None, False
         if state is _State.AFTER_EXCEPTION:
             if body.startswith(_CHAIN_STARTS):
                 stream.state = _State.CHAIN
+                stream.blank = None
                 return True, None, False
             if body[0] in " \t" and not (has_header and level in _QUIET_LEVELS):
                 return True, None, False  # continuation of a multi-line exception message
+            if stream.blank is not None and (not has_header or level in _ERROR_LEVELS):
+                return True, self._message_after(stream, body), False
             # Anything else ends the traceback, a logged INFO/DEBUG/WARNING line included:
             # after a container restart the same PID prints the new process's logo, whose
             # lines start with blanks.
         stream.state = _State.IDLE
+        stream.blank = None
         return self._idle(key, stream, body, level, has_header)
+
+    def _message_after(self, stream: _Stream, body: str) -> ExceptionEvent:
+        """A line after an exception line with no message (``ImportError: ``): Python
+        printed ``str(e)``, which began with a newline, over the next lines, unindented.
+        They are the message, joined, until a blank line (``blank`` is cleared there) or
+        another traceback part; each gives the exception again, ``continued``."""
+        blank = stream.blank
+        assert blank is not None
+        message = f"{blank.message} {body.strip()}" if blank.message else body.strip()
+        event = blank._replace(message=message[: self._max_message], continued=True)
+        stream.blank = event if len(message) < self._max_message else None
+        return event
 
     def _idle(
         self, key: object, stream: _Stream | None, body: str, level: str | None, has_header: bool
@@ -334,6 +360,8 @@ class TracebackAssembler:
                     False,
                     False,
                 )
+                blank = found.group("msg") is not None and not found.group("msg").strip()
+                stream.blank = event if blank else None
                 return True, event, False
         if body and (stream is not None or level in _ERROR_LEVELS or not has_header):
             stream = stream or self._stream(key)

@@ -928,6 +928,8 @@ class UnitTracker:
             The evidence kept, or ``None`` when the exception is not evidence (a request's
             error, a benign one, one while shutting down).
         """
+        if exception.continued:
+            self._replace_blank(incarnation, exception, pid)
         if is_request_error(exception.exception, exception.message, exception.context):
             return None
         if exception.context is not None and self._benign.matches(exception.context):
@@ -968,6 +970,24 @@ class UnitTracker:
         if is_engine_dead(exception.exception, exception.message):
             incarnation.mark_fatal(final=True)  # the server may answer on; nothing serves
         return evidence
+
+    @staticmethod
+    def _replace_blank(
+        incarnation: Incarnation, exception: ExceptionEvent, pid: int | None
+    ) -> None:
+        """The message of an exception line that had none arrived on the lines after it
+        (``ExceptionEvent.continued``): the evidence of that line, or of its message so far,
+        gives way to the exception with its message."""
+        evidence = incarnation.evidence
+        for index in range(len(evidence) - 1, -1, -1):
+            item = evidence[index]
+            if (
+                item.pid == pid
+                and item.exception == exception.exception
+                and exception.message.startswith(item.message)
+            ):
+                del evidence[index]
+                return
 
     def _on_failure_line(
         self, incarnation: Incarnation, failure: FailureMatch, time: datetime | None

@@ -202,9 +202,15 @@ CAUSE_RULES: tuple[CauseRule, ...] = (
         _C.DEPENDENCY_MISMATCH,
         r"does not match flashinfer version|flashinfer-(?:cubin|jit-cache) version"
         r"|undefined symbol|version mismatch|compiled against (?:a different|an incompatible)"
-        r"|compiled using NumPy 1\.x cannot be run|_ARRAY_API not found"
         r"|requires \S+ (?:>=|==|<)[^,]* but (?:you have|found)",
         "flashinfer/jit/env.py; extension modules built for another torch",
+    ),
+    CauseRule(
+        _C.DEPENDENCY_MISMATCH,
+        r"compiled using NumPy 1\.x cannot be run|_ARRAY_API not found",
+        "numpy/core/_multiarray_umath.py __getattr__ (numpy 2.0.0, 2.2.6 wheels read): an "
+        "extension built against NumPy 1.x imported under 2.x; raise ImportError(msg), msg "
+        "beginning with a newline (printed as `ImportError: ` then the message's lines)",
     ),
     CauseRule(
         _C.JIT_BUILD_ERROR,

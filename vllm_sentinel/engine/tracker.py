@@ -1007,7 +1007,15 @@ class UnitTracker:
             return
         if incarnation.stop_requested:
             return  # what breaks while shutting down is not a crash
-        crashes.add_evidence(incarnation, failure.cause, row.kind, "", failure.message, time)
+        crashes.add_evidence(
+            incarnation,
+            failure.cause,
+            row.kind,
+            "",
+            failure.message,
+            time,
+            survivable=row.survivable,
+        )
         if row.effect is Effect.ENDS:
             crashes.end(incarnation, Outcome.CRASHED, time)
         elif row.effect is Effect.FATAL:

@@ -260,8 +260,11 @@ CAUSE_RULES: tuple[CauseRule, ...] = (
         _C.CONFIG_ERROR,
         r"ValidationError|Bfloat16 is only supported on GPUs|User-specified max_model_len"
         r"|(?:is not|must be) divisible by|unrecognized arguments|invalid choice"
-        r"|Unknown quantization method|cannot be used (?:with|together)",
-        "vllm/config/*.py, vllm/engine/arg_utils.py",
+        r"|Unknown quantization method|cannot be used (?:with|together)"
+        r"|\b\d{1,4} validation errors? for [A-Z]\w{0,60}Config\b",
+        "vllm/config/*.py, vllm/engine/arg_utils.py; pydantic-core's ValidationError title "
+        "('N validation error(s) for <class>') of a vLLM config dataclass, quoted without its "
+        "class by a caller's log line",
     ),
     CauseRule(
         _C.WORKER_DIED,

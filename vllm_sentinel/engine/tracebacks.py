@@ -109,22 +109,30 @@ class CutTraceback(NamedTuple):
             (``raise ValueError("No available memory for the cache blocks. "``), or ``None``.
         phase: the startup phase the innermost vLLM frame that names one ran in
             (``frames.FRAME_PHASES``), if any.
+        entry: an uncaught (raw, not logged) traceback that ran through a process's entry
+            frame (``_ENTRY_FRAMES``: multiprocessing's ``_bootstrap``, the engine core's
+            ``run_engine_core``): the process itself is dying of it.
     """
 
     frames: tuple[str, ...]
     source: str | None
     phase: Phase | None = None
+    entry: bool = False
 
 
 _OPEN: Final = frozenset({_State.FRAMES, _State.CHAIN})
 _INNER_FRAMES: Final = 3  # innermost frames kept per open traceback (bounded state)
+# A process's entry frames: an uncaught exception through them ends that process
+# (CPython's multiprocessing/process.py ``BaseProcess._bootstrap``; vLLM's
+# v1/engine/core.py ``EngineCoreProc.run_engine_core``, 0.8–0.33).
+_ENTRY_FRAMES: Final = ("in _bootstrap", "in run_engine_core")
 _MARKS: Final = frozenset("^~ ")  # CPython 3.11+ position marks under a source line
 
 
 class _Stream:
     __slots__ = (
-        "blank", "chained", "context", "frame", "frames", "logged", "phase", "quiet", "source",
-        "state", "survivor",
+        "blank", "chained", "context", "entry", "frame", "frames", "logged", "phase", "quiet",
+        "source", "state", "survivor",
     )  # fmt: skip
 
     def __init__(self) -> None:
@@ -141,6 +149,7 @@ class _Stream:
         # the last exception line ended in ``Cls: `` with no message: its message may follow
         # on the next lines, unindented (``str(e)`` starting with a newline)
         self.blank: ExceptionEvent | None = None
+        self.entry = False  # a raw traceback's frames passed a process entry (``CutTraceback``)
 
 
 class TracebackAssembler:
@@ -195,7 +204,7 @@ class TracebackAssembler:
             return None
         if not stream.frames:
             return None
-        return CutTraceback(stream.frames, stream.source, stream.phase)
+        return CutTraceback(stream.frames, stream.source, stream.phase, stream.entry)
 
     def context_of(self, key: object) -> str | None:
         """The last plain line the stream printed (what a traceback would be about)."""
@@ -237,6 +246,7 @@ class TracebackAssembler:
             stream.frames = ()
             stream.source = None
             stream.phase = None
+            stream.entry = False
             stream.logged = has_header
             stream.quiet = level if has_header and level in _QUIET_LEVELS else None
             return True, None, not stream.chained and stream.quiet is None
@@ -263,6 +273,8 @@ class TracebackAssembler:
                     phase = frame_phase(body)
                     if phase is not None:
                         stream.phase = phase  # frames run outermost first: the last one wins
+                    if not stream.logged and body.endswith(_ENTRY_FRAMES):
+                        stream.entry = True
                 elif stream.source is None and stream.frames:
                     source = body.strip()
                     if source and not _MARKS.issuperset(source):
@@ -344,6 +356,7 @@ class TracebackAssembler:
             stream.source = None
             stream.phase = frame_phase(body)
             stream.logged = has_header
+            stream.entry = not has_header and body.endswith(_ENTRY_FRAMES)
             stream.chained = False
             stream.quiet = level if has_header and level in _QUIET_LEVELS else None
             return True, None, stream.quiet is None

@@ -200,3 +200,18 @@ class TestNoise:
         assert is_request_error("vllm.exceptions.VLLMValidationError", "too long", None)
         assert is_request_error("ValueError", "x", "Error in preprocessing prompt inputs")
         assert not is_request_error("RuntimeError", "CUDA error", "EngineCore failed to start.")
+
+
+def test_numpy_abi_message_after_an_empty_importerror_is_a_dependency_mismatch() -> None:
+    """NumPy's ABI error (numpy/core/_multiarray_umath.py, 2.0.0–2.2.6) printed as
+    ``ImportError: `` and then its message's lines (chipmuenk/pyfda#253,
+    vllm-project/vllm#5594): the crash's cause is the mismatch, not an import error."""
+    from tests.unit.test_tracebacks import NUMPY_TRACEBACK
+    from vllm_sentinel.replay import replay
+
+    (unit,) = replay([["\n".join(NUMPY_TRACEBACK).encode() + b"\n"]]).units
+    crash = unit.incarnations[-1].crash
+    assert crash is not None
+    assert crash.cause is CrashCause.DEPENDENCY_MISMATCH
+    assert crash.exception == "ImportError"
+    assert crash.message.startswith("A module that was compiled using NumPy 1.x cannot be run in")

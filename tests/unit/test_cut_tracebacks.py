@@ -164,3 +164,67 @@ class TestTracker:
         )
         assert crash is not None
         assert crash.cause is CrashCause.JIT_BUILD_ERROR
+
+
+# LMCache/LMCache#2306, turn 8 (vLLM with LMCache, while serving): the engine core's own raw
+# traceback begins, cut by the index after its entry frame. Before it here: a server that is
+# up and answering (its startup line, uvicorn's, an access line of vllm-project/vllm#11721),
+# and not the API server's EngineDeadError of that thread, which says the death by itself.
+_API = "(APIServer pid=697224) "
+_CORE = "(EngineCore_DP0 pid=697344) "
+_SERVING = [
+    f"{_API}INFO 01-08 17:10:00 [api_server.py:1] vLLM API server version 0.13.0",
+    f"{_API}INFO:     Application startup complete.",
+    f'{_API}INFO:     127.0.0.1:40178 - "GET /v1/models HTTP/1.1" 200 OK',
+]
+_CORE_CUT = [
+    f"{_CORE}Traceback (most recent call last):",
+    f'{_CORE}  File "/usr/lib/python3.12/multiprocessing/process.py", line 314, in _bootstrap',
+    f"{_CORE}    self.run()",
+]
+
+
+class TestCutAfterReady:
+    """A cut traceback after ready: a process's death only when uncaught through its entry."""
+
+    def test_an_uncaught_engine_core_traceback_cut_while_serving_is_a_crash(self) -> None:
+        from vllm_sentinel.engine.catalog.phases import Outcome
+
+        current = _replay([*_SERVING, *_CORE_CUT]).incarnations[-1]
+        assert current.furthest_phase is Phase.READY
+        assert current.outcome is Outcome.CRASHED
+
+    def test_the_entry_frame_is_kept_in_the_cut(self) -> None:
+        assembler = TracebackAssembler()
+        for line in _CORE_CUT:
+            assembler.feed(1, line.removeprefix(_CORE), None, False)
+        cut = assembler.cut(1)
+        assert cut is not None and cut.entry
+
+    def test_a_logged_traceback_while_serving_stays_a_request_error(self) -> None:
+        """The same frames logged through vLLM's logger (handled, ERROR header) are no death:
+        the server answers on."""
+        from vllm_sentinel.engine.catalog.phases import Outcome
+
+        logged = [
+            f"{_API}ERROR 01-08 17:16:15 [serving_chat.py:1278] Traceback (most recent call last):",
+            f'{_API}ERROR 01-08 17:16:15 [serving_chat.py:1278]   File "/usr/lib/python3.12/'
+            'multiprocessing/process.py", line 314, in _bootstrap',
+            f'{_API}INFO:     127.0.0.1:40178 - "GET /v1/models HTTP/1.1" 200 OK',
+        ]
+        current = _replay([*_SERVING[:2], *logged]).incarnations[-1]
+        assert current.outcome is not Outcome.CRASHED
+
+    def test_a_raw_traceback_without_an_entry_frame_is_no_death(self) -> None:
+        """A raw traceback cut in a library's frames (no process entry in view) after ready
+        says nothing about a process's end."""
+        from vllm_sentinel.engine.catalog.phases import Outcome
+
+        raw = [
+            "Traceback (most recent call last):",
+            '  File "/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/output_processor.py", '
+            "line 70, in get",
+            "    raise output",
+        ]
+        current = _replay([*_SERVING[:2], *raw]).incarnations[-1]
+        assert current.outcome is not Outcome.CRASHED

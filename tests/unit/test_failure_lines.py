@@ -795,3 +795,61 @@ class TestCrashReporterFrames:
         assert core.survives("Invocation of sleep method failed")
         assert not core.survives("EngineCore failed to start.")
         assert not core.survives(None)
+
+
+class TestConfigValidationInAnotherLoggersLine:
+    """pydantic's title of a vLLM config's ValidationError, stated by a caller's own log line
+    (class 4). The pydantic lines are vllm-project/vllm#26161's (vLLM 0.10.2, ModelConfig);
+    the caller's line is the shape a serving wrapper's ``logger.error(f"…: {e}")`` gives, in
+    Python logging's default format."""
+
+    STATED = "ERROR:root:Failed to build the engine: 1 validation error for ModelConfig"
+    PYDANTIC = (
+        "  Value error, Expecting value: line 1 column 1 (char 0) [type=value_error, "
+        "input_value=ArgsKwargs((), {'model': ...rocessor_plugin': None}), input_type=ArgsKwargs]",
+        "    For further information visit https://errors.pydantic.dev/2.12/v/value_error",
+    )
+    CALLER = (
+        "Traceback (most recent call last):",
+        '  File "/app/handler.py", line 12, in <module>',
+        "    engine = build_engine()",
+        '  File "/app/engine.py", line 40, in build_engine',
+        "    raise e",
+    )
+
+    def test_the_line_is_read_as_a_config_error(self) -> None:
+        found = classify_failure_line(self.STATED)
+        assert found is not None and found.row.name == "config_validation_summary"
+        assert found.cause is CrashCause.CONFIG_ERROR and found.row.survivable
+
+    def test_a_request_models_validation_error_is_not(self) -> None:
+        """A request schema's title (``… for ChatCompletionRequest``) is no config's."""
+        assert classify_failure_line("1 validation error for ChatCompletionRequest") is None
+
+    def test_the_start_that_ends_in_the_callers_raise_is_a_config_error(self) -> None:
+        unit = _replay([self.STATED, *self.PYDANTIC, *self.CALLER])
+        current = unit.incarnations[-1]
+        assert current.outcome is Outcome.CRASHED
+        assert current.crash is not None and current.crash.cause is CrashCause.CONFIG_ERROR
+
+    def test_a_line_the_process_outlives_is_noise(self) -> None:
+        """The caller logged it and went on (a retry with other arguments): vLLM's progress
+        after it means it ended nothing (``CrashBook.survived``); the later crash is not
+        blamed on it."""
+        unit = _replay(
+            [
+                self.STATED,
+                *self.PYDANTIC,
+                "INFO 10-03 10:00:05 [api_server.py:1] vLLM API server version 0.10.2",
+                "INFO 10-03 10:00:06 [gpu_model_runner.py:1] Starting to load model m...",
+                "INFO 10-03 10:00:09 [gpu_model_runner.py:1] Model loading took 3.3 GiB and "
+                "2.1 seconds",
+                "Traceback (most recent call last):",
+                '  File "/usr/lib/python3/dist-packages/vllm/worker/worker.py", line 9, in '
+                "determine_available_memory",
+                "    self.model_runner.profile_run()",
+                "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
+            ]
+        )
+        current = unit.incarnations[-1]
+        assert current.crash is not None and current.crash.cause is CrashCause.CUDA_OOM

@@ -92,3 +92,54 @@ def test_a_prefix_few_lines_share_is_kept() -> None:
     decoder.feed("\n".join(lines).encode() + b"\n")
     decoder.flush()
     assert "outer_prefix" not in decoder.repaired
+
+
+# vllm-project/vllm-omni#1029 (turn 5, a Buildkite console in a CI-failure thread): two
+# consecutive lines behind its gutter and the omni stage's tag, `  | [Stage-1] `, which no
+# wrapper row knows; the whole of a short paste.
+_GUTTER = "  | [Stage-1] "
+_STAGED = [
+    f"{_GUTTER}ERROR 01-29 19:03:10 [async_llm.py:546] vllm.v1.engine.exceptions.EngineDeadError: "
+    "EngineCore encountered an issue. See stack trace (above) for the root cause.",
+    f"{_GUTTER}ERROR 01-29 19:03:10 [omni_stage.py:1400] Failed on request "
+    "chatcmpl-869f7757a6a736c7: EngineCore encountered an issue. See stack trace (above) for the "
+    "root cause.",
+]
+
+
+class TestShortInputs:
+    """One or two lines: the prefix is taken only on total evidence."""
+
+    def test_two_lines_behind_one_prefix(self) -> None:
+        """Both lines share the gutter and both parse as vLLM's without it: stripped."""
+        decoder = TextLogDecoder()
+        records = decoder.feed("\n".join(_STAGED).encode() + b"\n") + decoder.flush()
+        assert [r.message for r in records] == [line[len(_GUTTER) :] for line in _STAGED]
+        assert decoder.repaired["outer_prefix"] == 2
+
+    def test_one_line_behind_the_prefix(self) -> None:
+        decoder = TextLogDecoder()
+        records = decoder.feed(_STAGED[1].encode()) + decoder.flush()
+        assert [r.message for r in records] == [_STAGED[1][len(_GUTTER) :]]
+
+    def test_two_lines_where_one_gains_nothing_are_kept(self) -> None:
+        """The second line behind the same gutter is raw text with or without it (the
+        console's source line, its vLLM header gone): the evidence is not total, nothing is
+        stripped (a longer input is read under the nine-in-ten rule)."""
+        source = f"{_GUTTER}    outputs = await engine_core.get_output_async()"
+        decoder = TextLogDecoder()
+        records = decoder.feed(f"{_STAGED[0]}\n{source}\n".encode()) + decoder.flush()
+        assert [r.message for r in records] == [_STAGED[0], source]
+        assert "outer_prefix" not in decoder.repaired
+
+    def test_two_lines_whose_shared_text_vllm_reads_stay(self) -> None:
+        """Two lines sharing torch's `[rank0]: ` (test_failure_lines' rank lines): vLLM's
+        parser reads that prefix itself, so nothing is gained and the rank stays."""
+        ranked = [
+            "[rank0]: Traceback (most recent call last):",
+            "[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
+        ]
+        decoder = TextLogDecoder()
+        records = decoder.feed("\n".join(ranked).encode() + b"\n") + decoder.flush()
+        assert [r.message for r in records] == ranked
+        assert "outer_prefix" not in decoder.repaired

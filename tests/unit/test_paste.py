@@ -72,7 +72,7 @@ class TestTable:
     def test_every_row_has_a_source_an_example_and_a_repair(self) -> None:
         """Rows name what makes the artefact, show it, and say how it is undone."""
         names = [row.name for row in PASTE_ARTEFACTS]
-        assert len(names) == len(set(names)) == 9
+        assert len(names) == len(set(names)) == 10
         for row in PASTE_ARTEFACTS:
             assert row.scope in ("line", "document")
             assert row.source and row.example and row.repair
@@ -180,6 +180,62 @@ class TestMarkdownAndSpacing:
             "reqs, GPU KV cache usage: 0.0%, CPU KV cache usage: 0.0%."
         )
         assert _decode("\n".join([line] * 5) + "\n") == [line] * 5
+
+
+# Real lines of threads in no set here: LMCache/LMCache#1998 (turn 0, an EngineCore's ERROR
+# line) and vllm-project/vllm#11721 (the pull request's log: uvicorn's access line and a V0
+# header); vllm-project/vllm#23176's paste is wrapped in single backticks (its last line ends
+# with the closing one), the shape put on them here.
+CODE_ENGINE_LINE = (
+    "(EngineCore_DP0 pid=975) ERROR 11-14 08:06:26 [core.py:708] Exception: WorkerProc "
+    "initialization failed due to an exception in a background process. See stack trace for "
+    "root cause."
+)
+CODE_ACCESS_LINE = 'INFO:     127.0.0.1:40178 - "GET /v1/models HTTP/1.1" 200 OK'
+CODE_V0_LINE = (
+    "INFO 01-03 18:37:00 logger.py:37] Received request cmpl-8304a46139974ffaa6b29bd39ab8dbf6-0: "
+    "prompt: 'Hello my name is'"
+)
+
+
+class TestMarkdownCode:
+    """Backticks of Markdown inline code or a glued fence in front of a record."""
+
+    def test_one_line_paste_in_inline_code(self) -> None:
+        """A one-line paste led by a backtick, cut before its closing one, parses as vLLM's."""
+        decoder = TextLogDecoder(reference_year=2026)
+        records = decoder.feed(f"`{CODE_ENGINE_LINE}".encode()) + decoder.flush()
+        assert [r.message for r in records] == [CODE_ENGINE_LINE]
+        assert decoder.repaired == {"markdown_code": 1}
+        assert parse_line(records[0].message).kind is not LineKind.RAW
+
+    def test_closing_backtick_and_glued_fence(self) -> None:
+        """Inline code closed on the same line, a fence glued on, uvicorn's ``INFO:`` and a V0
+        header: the backticks go, the text is the original."""
+        text = f"`{CODE_ACCESS_LINE}`\n```{CODE_V0_LINE}\n{CODE_ENGINE_LINE}\n`\n"
+        assert _decode(text) == [CODE_ACCESS_LINE, CODE_V0_LINE, CODE_ENGINE_LINE, "`"]
+
+    def test_quoted_code_line(self) -> None:
+        """``> `…`` (a quoted inline-code line): both go."""
+        assert _decode(f"> `{CODE_ENGINE_LINE}`\n") == [CODE_ENGINE_LINE]
+
+    def test_backticks_before_other_text_stay(self) -> None:
+        """A backtick before a command or a word is prose, not the artefact."""
+        text = f"`pip install vllm` first\n````{CODE_ENGINE_LINE}\n{CODE_ACCESS_LINE}\n"
+        decoder = TextLogDecoder(reference_year=2026)
+        records = decoder.feed(text.encode()) + decoder.flush()
+        assert records[0].message == "`pip install vllm` first"
+        assert decoder.repaired == {}
+
+    def test_one_line_paste_replays_the_crash(self) -> None:
+        """The repaired one-line paste is a crash with its exception, as the line says."""
+        result = replay([[f"`{CODE_ENGINE_LINE}\n".encode()]], reference_year=2025)
+        assert result.repaired.get("markdown_code") == 1
+        (unit,) = result.units
+        crash = unit.incarnations[-1].crash
+        assert crash is not None
+        assert crash.exception == "Exception"
+        assert crash.message.startswith("WorkerProc initialization failed")
 
 
 class TestGlued:

@@ -201,3 +201,55 @@ class TestCaretLines:
         crash = unit.incarnations[-1].crash
         assert crash is not None
         assert (crash.cause.value, crash.exception, crash.message) == ("unknown", "", "")
+
+
+# chipmuenk/pyfda#253 (a comment's traceback): NumPy 2.0.0 raising ImportError(msg) from
+# numpy/core/_multiarray_umath.py, msg starting with a newline; vllm-project/vllm#5594 (the
+# same message printed by vLLM 0.5's import, NumPy 2.0.0).
+NUMPY_TRACEBACK = [
+    "Traceback (most recent call last):",
+    '  File "/home/sergei/.local/share/pipx/venvs/pyfda/lib/python3.12/site-packages/numpy/core/'
+    '_multiarray_umath.py", line 44, in __getattr__',
+    "    raise ImportError(msg)",
+    "ImportError: ",
+    "A module that was compiled using NumPy 1.x cannot be run in",
+    "NumPy 2.0.0 as it may crash. To support both 1.x and 2.x",
+    "versions of NumPy, modules must be compiled with NumPy 2.0.",
+    "Some module may need to rebuild instead e.g. with 'pybind11>=2.12'.",
+    "",
+    "If you are a user of the module, the easiest solution will be to",
+    "downgrade to 'numpy<2' or try to upgrade the affected module.",
+]
+
+
+class TestMessageOnTheNextLines:
+    """``Cls: `` with no message, then ``str(e)`` over the next lines, unindented."""
+
+    def test_the_lines_after_an_empty_message_are_its_message(self) -> None:
+        """Each line up to the blank one completes the message (``continued`` events); the
+        text after the blank line is no longer the exception's."""
+        events = _feed(TracebackAssembler(), 1, NUMPY_TRACEBACK, level=None, header=False)
+        assert [e.exception for e in events] == ["ImportError"] * 5
+        assert [e.continued for e in events] == [False, True, True, True, True]
+        assert events[-1].message == " ".join(NUMPY_TRACEBACK[4:8])
+        assert events[1].frame == events[0].frame and events[1].in_traceback
+
+    def test_an_exception_without_a_colon_takes_no_message(self) -> None:
+        """``KeyboardInterrupt`` (no ``: ``) and a message on its own line: the next line is
+        not its message."""
+        events = _feed(
+            TracebackAssembler(),
+            1,
+            ["Traceback (most recent call last):", '  File "a.py", line 1, in f',
+             "KeyboardInterrupt", "A module that was compiled using NumPy 1.x cannot be run in"],
+            level=None,
+            header=False,
+        )  # fmt: skip
+        assert [(e.exception, e.continued) for e in events] == [("KeyboardInterrupt", False)]
+
+    def test_a_bare_empty_exception_line_takes_the_next_lines(self) -> None:
+        """Without its traceback (an excerpt starting at the exception line, as in #5594's
+        thread) the next lines are the message too."""
+        events = _feed(TracebackAssembler(), 1, NUMPY_TRACEBACK[3:6], level=None, header=False)
+        assert events[-1].exception == "ImportError"
+        assert events[-1].message.startswith("A module that was compiled using NumPy 1.x")

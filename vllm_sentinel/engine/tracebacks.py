@@ -80,6 +80,9 @@ class ExceptionEvent(NamedTuple):
             validate_chat_template``): where the exception was raised, if known.
         phase: the startup phase the innermost vLLM frame that names one ran in
             (``frames.FRAME_PHASES``: ``profile_run`` → profiling_kv_cache), if any.
+        continued: True when this event only completes the message of the exception line
+            before it, which had none (``ImportError: `` and then ``str(e)`` on the lines
+            after it, unindented: NumPy's ABI error); it replaces that event.
     """
 
     exception: str
@@ -90,6 +93,7 @@ class ExceptionEvent(NamedTuple):
     in_traceback: bool
     frame: str | None = None
     phase: Phase | None = None
+    continued: bool = False
 
 
 class CutTraceback(NamedTuple):
@@ -105,22 +109,30 @@ class CutTraceback(NamedTuple):
             (``raise ValueError("No available memory for the cache blocks. "``), or ``None``.
         phase: the startup phase the innermost vLLM frame that names one ran in
             (``frames.FRAME_PHASES``), if any.
+        entry: an uncaught (raw, not logged) traceback that ran through a process's entry
+            frame (``_ENTRY_FRAMES``: multiprocessing's ``_bootstrap``, the engine core's
+            ``run_engine_core``): the process itself is dying of it.
     """
 
     frames: tuple[str, ...]
     source: str | None
     phase: Phase | None = None
+    entry: bool = False
 
 
 _OPEN: Final = frozenset({_State.FRAMES, _State.CHAIN})
 _INNER_FRAMES: Final = 3  # innermost frames kept per open traceback (bounded state)
+# A process's entry frames: an uncaught exception through them ends that process
+# (CPython's multiprocessing/process.py ``BaseProcess._bootstrap``; vLLM's
+# v1/engine/core.py ``EngineCoreProc.run_engine_core``, 0.8–0.33).
+_ENTRY_FRAMES: Final = ("in _bootstrap", "in run_engine_core")
 _MARKS: Final = frozenset("^~ ")  # CPython 3.11+ position marks under a source line
 
 
 class _Stream:
     __slots__ = (
-        "chained", "context", "frame", "frames", "logged", "phase", "quiet", "source", "state",
-        "survivor",
+        "blank", "chained", "context", "entry", "frame", "frames", "logged", "phase", "quiet",
+        "source", "state", "survivor",
     )  # fmt: skip
 
     def __init__(self) -> None:
@@ -134,6 +146,10 @@ class _Stream:
         self.context: str | None = None
         self.logged = False
         self.chained = False
+        # the last exception line ended in ``Cls: `` with no message: its message may follow
+        # on the next lines, unindented (``str(e)`` starting with a newline)
+        self.blank: ExceptionEvent | None = None
+        self.entry = False  # a raw traceback's frames passed a process entry (``CutTraceback``)
 
 
 class TracebackAssembler:
@@ -188,7 +204,7 @@ class TracebackAssembler:
             return None
         if not stream.frames:
             return None
-        return CutTraceback(stream.frames, stream.source, stream.phase)
+        return CutTraceback(stream.frames, stream.source, stream.phase, stream.entry)
 
     def context_of(self, key: object) -> str | None:
         """The last plain line the stream printed (what a traceback would be about)."""
@@ -230,6 +246,7 @@ class TracebackAssembler:
             stream.frames = ()
             stream.source = None
             stream.phase = None
+            stream.entry = False
             stream.logged = has_header
             stream.quiet = level if has_header and level in _QUIET_LEVELS else None
             return True, None, not stream.chained and stream.quiet is None
@@ -256,6 +273,8 @@ class TracebackAssembler:
                     phase = frame_phase(body)
                     if phase is not None:
                         stream.phase = phase  # frames run outermost first: the last one wins
+                    if not stream.logged and body.endswith(_ENTRY_FRAMES):
+                        stream.entry = True
                 elif stream.source is None and stream.frames:
                     source = body.strip()
                     if source and not _MARKS.issuperset(source):
@@ -290,20 +309,39 @@ class TracebackAssembler:
                 stream.frame,
                 stream.phase,
             )
+            blank = found is not None and found.group("msg") is not None and not message.strip()
+            stream.blank = event if blank else None
             return True, event, False
         if not body:
+            stream.blank = None  # a message on the lines after its class ends at a blank line
             return True, None, False
         if state is _State.AFTER_EXCEPTION:
             if body.startswith(_CHAIN_STARTS):
                 stream.state = _State.CHAIN
+                stream.blank = None
                 return True, None, False
             if body[0] in " \t" and not (has_header and level in _QUIET_LEVELS):
                 return True, None, False  # continuation of a multi-line exception message
+            if stream.blank is not None and (not has_header or level in _ERROR_LEVELS):
+                return True, self._message_after(stream, body), False
             # Anything else ends the traceback, a logged INFO/DEBUG/WARNING line included:
             # after a container restart the same PID prints the new process's logo, whose
             # lines start with blanks.
         stream.state = _State.IDLE
+        stream.blank = None
         return self._idle(key, stream, body, level, has_header)
+
+    def _message_after(self, stream: _Stream, body: str) -> ExceptionEvent:
+        """A line after an exception line with no message (``ImportError: ``): Python
+        printed ``str(e)``, which began with a newline, over the next lines, unindented.
+        They are the message, joined, until a blank line (``blank`` is cleared there) or
+        another traceback part; each gives the exception again, ``continued``."""
+        blank = stream.blank
+        assert blank is not None
+        message = f"{blank.message} {body.strip()}" if blank.message else body.strip()
+        event = blank._replace(message=message[: self._max_message], continued=True)
+        stream.blank = event if len(message) < self._max_message else None
+        return event
 
     def _idle(
         self, key: object, stream: _Stream | None, body: str, level: str | None, has_header: bool
@@ -318,6 +356,7 @@ class TracebackAssembler:
             stream.source = None
             stream.phase = frame_phase(body)
             stream.logged = has_header
+            stream.entry = not has_header and body.endswith(_ENTRY_FRAMES)
             stream.chained = False
             stream.quiet = level if has_header and level in _QUIET_LEVELS else None
             return True, None, stream.quiet is None
@@ -334,6 +373,8 @@ class TracebackAssembler:
                     False,
                     False,
                 )
+                blank = found.group("msg") is not None and not found.group("msg").strip()
+                stream.blank = event if blank else None
                 return True, event, False
         if body and (stream is not None or level in _ERROR_LEVELS or not has_header):
             stream = stream or self._stream(key)

@@ -205,10 +205,11 @@ class UnitTracker:
         self._last_error: dict[int | None, str] = {}
         self._stand_ins: dict[int | None, tuple[Incarnation, Evidence]] = {}
         # PID → the evidence its open traceback's innermost frames gave (``_on_frames``), and
-        # the frame and source line it was read from: the exception line replaces it
+        # the frame and source line it was read from: the exception line replaces it; and
+        # whether its being cut is a process's death while serving (``_frames_cut``)
         self._frame_stand_ins: dict[
             int | None,
-            tuple[Incarnation, Evidence | None, tuple[str, str | None], Phase | None],
+            tuple[Incarnation, Evidence | None, tuple[str, str | None], Phase | None, bool],
         ] = {}
         # PID → its last ERROR line kept as evidence (``_on_error_line``), which a stand-in
         # replaces (``_stand_in``)
@@ -650,6 +651,12 @@ class UnitTracker:
             self._frame_causes[frames_key] = classified
         cause, exception, message = classified
         evidence = None
+        death = cut.entry and incarnation.phase not in _STARTUP  # a process dying while serving
+        if death:
+            context = self._tracebacks.context_of(pid)
+            death = context is None or not (
+                is_request_error("", "", context) or self._benign.matches(context)
+            )
         if cause is not CrashCause.UNKNOWN:
             # a request's traceback or a benign one is no evidence (asked only once the frames
             # name a cause: most frames name none, and this runs on every frame line)
@@ -676,22 +683,31 @@ class UnitTracker:
             )
         if len(self._frame_stand_ins) >= _MAX_TRACE_OWNERS and pid not in self._frame_stand_ins:
             del self._frame_stand_ins[next(iter(self._frame_stand_ins))]
-        self._frame_stand_ins[pid] = (incarnation, evidence, key, cut.phase)
+        self._frame_stand_ins[pid] = (incarnation, evidence, key, cut.phase, death)
 
     def _frames_cut(self, pid: int | None) -> None:
         """Stream ``pid``'s traceback ended without its exception line (another line of it
         came, or the input ended): its stand-in stays, and the phase its frames name is the
-        phase it was raised in (never before: the exception line may say a stop)."""
+        phase it was raised in (never before: the exception line may say a stop). An uncaught
+        one through a process's entry frame after startup (``CutTraceback.entry``) is that
+        process dying while serving: a crash pending, unproven (a stop may still show)."""
         held = self._frame_stand_ins.pop(pid, None)
-        if held is not None and held[3] is not None:
-            self._raised_in(held[0], held[3], held[0].last_record_at)
+        if held is None:
+            return
+        incarnation, _, _, phase, death = held
+        if phase is not None:
+            self._raised_in(incarnation, phase, incarnation.last_record_at)
+        if death and not (incarnation.ended or incarnation.stop_requested):
+            # an uncaught traceback through a process's entry frame, after ready, cut before
+            # its exception line: that process died while serving (cause: the frames', if any)
+            incarnation.mark_fatal(proven=False)
 
     def _drop_frames(self, pid: int | None) -> None:
         """The exception line arrived (or deeper frames): the frames' stand-in is no longer
         evidence."""
         held = self._frame_stand_ins.pop(pid, None)
         if held is not None:
-            incarnation, evidence, _, _ = held
+            incarnation, evidence, _, _, _ = held
             if evidence is not None and evidence in incarnation.evidence:
                 incarnation.evidence.remove(evidence)
 
@@ -936,6 +952,8 @@ class UnitTracker:
             The evidence kept, or ``None`` when the exception is not evidence (a request's
             error, a benign one, one while shutting down).
         """
+        if exception.continued:
+            self._replace_blank(incarnation, exception, pid)
         if is_request_error(exception.exception, exception.message, exception.context):
             return None
         if exception.context is not None and self._benign.matches(exception.context):
@@ -977,6 +995,24 @@ class UnitTracker:
             incarnation.mark_fatal(final=True)  # the server may answer on; nothing serves
         return evidence
 
+    @staticmethod
+    def _replace_blank(
+        incarnation: Incarnation, exception: ExceptionEvent, pid: int | None
+    ) -> None:
+        """The message of an exception line that had none arrived on the lines after it
+        (``ExceptionEvent.continued``): the evidence of that line, or of its message so far,
+        gives way to the exception with its message."""
+        evidence = incarnation.evidence
+        for index in range(len(evidence) - 1, -1, -1):
+            item = evidence[index]
+            if (
+                item.pid == pid
+                and item.exception == exception.exception
+                and exception.message.startswith(item.message)
+            ):
+                del evidence[index]
+                return
+
     def _on_failure_line(
         self, incarnation: Incarnation, failure: FailureMatch, time: datetime | None
     ) -> None:
@@ -995,7 +1031,15 @@ class UnitTracker:
             return
         if incarnation.stop_requested:
             return  # what breaks while shutting down is not a crash
-        crashes.add_evidence(incarnation, failure.cause, row.kind, "", failure.message, time)
+        crashes.add_evidence(
+            incarnation,
+            failure.cause,
+            row.kind,
+            "",
+            failure.message,
+            time,
+            survivable=row.survivable,
+        )
         if row.effect is Effect.ENDS:
             crashes.end(incarnation, Outcome.CRASHED, time)
         elif row.effect is Effect.FATAL:

@@ -203,9 +203,15 @@ CAUSE_RULES: tuple[CauseRule, ...] = (
         _C.DEPENDENCY_MISMATCH,
         r"does not match flashinfer version|flashinfer-(?:cubin|jit-cache) version"
         r"|undefined symbol|version mismatch|compiled against (?:a different|an incompatible)"
-        r"|compiled using NumPy 1\.x cannot be run|_ARRAY_API not found"
         r"|requires \S+ (?:>=|==|<)[^,]* but (?:you have|found)",
         "flashinfer/jit/env.py; extension modules built for another torch",
+    ),
+    CauseRule(
+        _C.DEPENDENCY_MISMATCH,
+        r"compiled using NumPy 1\.x cannot be run|_ARRAY_API not found",
+        "numpy/core/_multiarray_umath.py __getattr__ (numpy 2.0.0, 2.2.6 wheels read): an "
+        "extension built against NumPy 1.x imported under 2.x; raise ImportError(msg), msg "
+        "beginning with a newline (printed as `ImportError: ` then the message's lines)",
     ),
     CauseRule(
         _C.JIT_BUILD_ERROR,
@@ -255,8 +261,11 @@ CAUSE_RULES: tuple[CauseRule, ...] = (
         _C.CONFIG_ERROR,
         r"ValidationError|Bfloat16 is only supported on GPUs|User-specified max_model_len"
         r"|(?:is not|must be) divisible by|unrecognized arguments|invalid choice"
-        r"|Unknown quantization method|cannot be used (?:with|together)",
-        "vllm/config/*.py, vllm/engine/arg_utils.py",
+        r"|Unknown quantization method|cannot be used (?:with|together)"
+        r"|\b\d{1,4} validation errors? for [A-Z]\w{0,60}Config\b",
+        "vllm/config/*.py, vllm/engine/arg_utils.py; pydantic-core's ValidationError title "
+        "('N validation error(s) for <class>') of a vLLM config dataclass, quoted without its "
+        "class by a caller's log line",
     ),
     CauseRule(
         _C.WORKER_DIED,

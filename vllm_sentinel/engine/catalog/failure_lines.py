@@ -70,6 +70,9 @@ class FailureLine:
         source: the program and file that print it.
         example: a real line of this shape (tests check each row against its example).
         fallback: the cause when ``cause`` is ``None`` and the reason matches no rule.
+        survivable: the line may be one the process outlives (a caller logging an error it
+            then handles): if the process makes progress afterwards, it is noise
+            (``CrashBook.survived``).
         recognized: the line belongs to vLLM's stack (vLLM itself, torch's C++, NCCL): a log
             whose only lines are of this shape is still a vLLM log in ``replay``.
         outcome: how an ``ENDS`` row ends the incarnation when its line gives no signal word
@@ -87,6 +90,7 @@ class FailureLine:
     fallback: CrashCause = CrashCause.UNKNOWN
     recognized: bool = False
     outcome: Outcome = Outcome.CRASHED
+    survivable: bool = False
     regex: re.Pattern[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -230,6 +234,21 @@ FAILURE_LINES: tuple[FailureLine, ...] = (
         _E.STOP,
         "absl/glog failure-signal handler of Ray and other C++ runtimes (logging.cc)",
         "*** SIGTERM received at time=1748300290 on cpu 8 ***",
+    ),
+    # --- a vLLM config rejected, in another logger's words --------------------------------
+    FailureLine(
+        "config_validation_summary",
+        r"\b\d{1,4} validation errors? for [A-Z]\w{0,60}Config\b",
+        None,
+        _K.REAL,
+        _E.EVIDENCE,
+        "pydantic-core's ValidationError title ('N validation error(s) for <class>') of a vLLM "
+        "config dataclass (ModelConfig, VllmConfig, …, vllm/config/), stated in a caller's own "
+        "log line (a serving wrapper's `logger.error(f\"…: {e}\")`) without the exception's "
+        "class; pydantic's field error ('Value error, …') follows on the next lines",
+        "pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig",
+        fallback=_C.CONFIG_ERROR,
+        survivable=True,
     ),
     # --- build tools -----------------------------------------------------------------------
     FailureLine(
@@ -432,6 +451,7 @@ def _may_fail(body: str) -> bool:
         or "*** JOB " in body
         or "*** STEP " in body
         or "kill event" in body
+        or " validation error" in body
     )
 
 

@@ -7,6 +7,7 @@ recognised by its structure, never by the words of one log:
 * rendered HTML: ANSI colour turned into tags (``<span style=…>(Worker_TP0 pid=7)</span>``),
   entities (``&gt;``), ``<br>`` for line breaks;
 * Markdown quote markers (``> ``, ``> > ``);
+* Markdown code backticks glued to a line's start (inline code, a fence on the line itself);
 * double spacing (a blank line after every line);
 * terminal hard-wrapping at a fixed width (continuation lines without their own prefix);
 * lost newlines: records glued onto one line, split again at vLLM's process prefixes, level
@@ -79,6 +80,18 @@ PASTE_ARTEFACTS: tuple[PasteArtefact, ...] = (
         "leading `>` markers (nested, with or without a space) are removed",
     ),
     PasteArtefact(
+        "markdown_code",
+        "line",
+        "a log line put in Markdown inline code or with its code fence glued on (a one-line "
+        "paste in an issue's prose, `` ```(APIServer pid=1) … ``); a paste wrapped in single "
+        "backticks whose closing one ends its last line (vllm-project/vllm#23176)",
+        "`(EngineCore_DP0 pid=975) ERROR 11-14 08:06:26 [core.py:708] Exception: WorkerProc …",
+        "one to three backticks at a line's start (after any quote markers) go when a record "
+        "head (process prefix, level header of either era, uvicorn `LEVEL:` with its padding, "
+        "`Traceback …:`) follows them; the same run closing that line goes with them; a "
+        "backtick before other text (`` `pip install` ``) stays",
+    ),
+    PasteArtefact(
         "double_spacing",
         "document",
         "CRLF turned into two line breaks, or one paragraph per line in a web editor",
@@ -145,7 +158,9 @@ PASTE_ARTEFACTS: tuple[PasteArtefact, ...] = (
         "`Traceback`), its digits taken as any digit, when one such shape starts nine in ten of "
         "the window's lines that are no known wrapper's, and the lines it starts then parse as "
         "vLLM's (a header they did not have, never a prefix vLLM's line parser reads itself: "
-        "`(EngineCore pid=1) `, `[rank0]: `), is removed from every line it starts",
+        "`(EngineCore pid=1) `, `[rank0]: `), is removed from every line it starts; an input "
+        "of only 1–2 lines with a head (a notebook's `vLLM STDOUT: ` on a two-line paste) needs "
+        "total evidence: every headed line has the shape and every line it starts gains a parse",
     ),
 )
 
@@ -261,6 +276,7 @@ _HTML_BREAK = re.compile(r"<br\s*/?>|</(?:p|div|li|tr)\s*>", re.IGNORECASE)
 _HTML_TAG = re.compile(rf"</?(?:{_FORMATTING_TAGS})(?:\s[^<>]*)?/?>", re.IGNORECASE)
 _HTML_ENTITY = re.compile(r"&(?:#\d{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});")
 _QUOTE = re.compile(r"(?:>[ \t]?)+")
+_MAX_BACKTICKS = 3  # inline code (one or two) or a fence (three) glued before a record
 
 # What starts a record (a line of its own): vLLM's process prefix (and Ray's), a vLLM level
 # header (0.8+ ``[file:line]``, up to 0.7 ``file:line]``), uvicorn's padded ``LEVEL:``, a raw
@@ -504,6 +520,7 @@ class PasteTraits:
     glued: bool = False
     translated: bool = False
     outer_prefix: str | None = None  # the inferred prefix's regex (``_outer_prefix``)
+    code: bool = False  # a line starts with backticks before a record head (``_code_ticks``)
 
     @property
     def any(self) -> bool:
@@ -516,6 +533,7 @@ class PasteTraits:
             or self.wrap_width is not None
             or self.glued
             or self.translated
+            or self.code
         )
 
 
@@ -583,8 +601,8 @@ class PasteReader:
 
     def _close_window(self) -> list[str]:
         window = self._window or []
+        self.traits = self._detect(window)  # the window still open: its lines not counted
         self._window = None
-        self.traits = self._detect(window)
         return self._repair(window) if self.traits.any else window
 
     def _detect(self, window: list[str]) -> PasteTraits:
@@ -593,10 +611,15 @@ class PasteReader:
             for line in window
         )
         quoted = any(line.startswith(">") for line in window)
+        code = any(
+            "`" in line[:8] and _code_ticks(_unquote(line) if quoted else line) for line in window
+        )
         lines = [
             piece
             for line in window
-            for piece in self._clean(line, html=html_found, quoted=quoted, translated=True)
+            for piece in self._clean(
+                line, html=html_found, quoted=quoted, translated=True, code=code
+            )
         ]
         prefix = self._outer_prefix(lines)
         if prefix is not None:
@@ -608,7 +631,7 @@ class PasteReader:
         width = self._wrap_width(lines)
         translated = _shows_translation(lines)
         glued = any(self._is_glued(line) for line in lines)
-        return PasteTraits(html_found, quoted, double, width, glued, translated, prefix)
+        return PasteTraits(html_found, quoted, double, width, glued, translated, prefix, code)
 
     def _outer_prefix(self, lines: list[str]) -> str | None:
         """The regex of a prefix (nearly) every line shares before vLLM's lines, or ``None``.
@@ -616,7 +639,10 @@ class PasteReader:
         Each line's prefix is the text before its first record head (``_HEAD``) that no
         wrapper row explains; its shape is that text with every digit as ``0``. The most
         common shape is a wrapper when it starts nine in ten of the lines with a head, and
-        the lines it starts become vLLM-shaped lines by losing it (``parse_line``).
+        the lines it starts become vLLM-shaped lines by losing it (``parse_line``). With
+        fewer than ``_MIN_PREFIXED_LINES`` headed lines a share means little: the prefix is
+        taken only when every headed line has its shape and every line it starts (headed or
+        not) turns from raw text into a vLLM line without it.
         """
         shapes: Counter[str] = Counter()
         headed = 0
@@ -629,24 +655,28 @@ class PasteReader:
             if start == 0 or start > _MAX_PREFIX or self._wrapper_length(line) >= start:
                 continue
             shapes[_DIGIT.sub("0", line[:start])] += 1
-        if not shapes or headed < _MIN_PREFIXED_LINES:
+        if not shapes:
             return None
+        short = headed < _MIN_PREFIXED_LINES  # 1–2 headed lines: the evidence must be total
         shape, count = shapes.most_common(1)[0]
-        if count < _PREFIXED_SHARE * headed or not shape.strip(" "):
+        if count < (headed if short else _PREFIXED_SHARE * headed) or not shape.strip(" "):
             return None  # too few lines; or indentation only (a dict dump, frames)
         pattern = "".join(r"\d" if char == "0" else re.escape(char) for char in shape)
         regex = re.compile(pattern)
-        gained = kept = 0
+        gained = kept = matched = 0
         for line in lines:
             found = regex.match(line)
             if found is None:
                 continue
+            matched += 1
             before = parse_line(line).kind
             after = parse_line(line[found.end() :]).kind
             if before is LineKind.RAW and after is not LineKind.RAW:
                 gained += 1
             elif after is before:
                 kept += 1
+        if short:  # every line the prefix starts becomes a vLLM line by losing it
+            return pattern if gained == matched else None
         return pattern if gained > kept or (gained and gained * 2 >= count) else None
 
     def _strip_prefix(self, line: str, *, counting: bool = True) -> str:
@@ -687,7 +717,9 @@ class PasteReader:
 
     # --- repairs ----------------------------------------------------------------------
 
-    def _clean(self, line: str, *, html: bool, quoted: bool, translated: bool) -> list[str]:
+    def _clean(
+        self, line: str, *, html: bool, quoted: bool, translated: bool, code: bool = False
+    ) -> list[str]:
         """Character-level repairs of one physical line (may give several lines)."""
         counting = self._window is None  # the window is read twice: count the second time
         pieces = strip_html(line) if html and ("<" in line or "&" in line) else [line]
@@ -701,6 +733,14 @@ class PasteReader:
                 text = text[quote.end() :] if quote is not None else text
                 if counting:
                     self.repaired["markdown_quote"] += 1
+            if code and text.startswith("`"):
+                ticks = _code_ticks(text)
+                if ticks:
+                    text = text[ticks:]
+                    if text.endswith("`" * ticks) and not text.endswith("`" * (ticks + 1)):
+                        text = text[:-ticks].rstrip()
+                    if counting:
+                        self.repaired["markdown_code"] += 1
             if counting and self._prefix is not None:
                 text = self._strip_prefix(text)
             if translated and not text.isascii():
@@ -717,7 +757,11 @@ class PasteReader:
         width = traits.wrap_width
         for raw in lines:
             for line in self._clean(
-                raw, html=traits.html, quoted=traits.quoted, translated=traits.translated
+                raw,
+                html=traits.html,
+                quoted=traits.quoted,
+                translated=traits.translated,
+                code=traits.code,
             ):
                 if traits.double_spaced and not line.strip():
                     self.repaired["double_spacing"] += 1
@@ -803,6 +847,22 @@ class PasteReader:
             self.repaired["machine_translation"] += 1
             return [piece[:cut].rstrip()]
         return [piece]
+
+
+def _unquote(line: str) -> str:
+    """``line`` without its leading Markdown quote markers."""
+    if not line.startswith(">"):
+        return line
+    quote = _QUOTE.match(line)
+    return line[quote.end() :] if quote is not None else line
+
+
+def _code_ticks(line: str) -> int:
+    """How many backticks (1–3) a line starts with before a record head; 0 when it does not."""
+    ticks = len(line) - len(line.lstrip("`"))
+    if not 0 < ticks <= _MAX_BACKTICKS or _HEAD.match(line, ticks) is None:
+        return 0
+    return ticks
 
 
 def _shows_translation(lines: list[str]) -> bool:

@@ -57,7 +57,7 @@ from vllm_sentinel.engine.snapshot import (
     Snapshot,
     UnitSnapshot,
 )
-from vllm_sentinel.engine.terminal_text import json_for_terminal, printable_values
+from vllm_sentinel.engine.terminal_text import json_for_terminal, printable_values, shortened
 from vllm_sentinel.errors import GpuCollectorError, TransportError
 from vllm_sentinel.monitor import GpuSample, HostPlan, Monitor, Tick
 from vllm_sentinel.sources.gpu import (
@@ -471,7 +471,7 @@ class WatchJudge:
             fields = _crash_fields(followed.crash, unit, host, self.runbook)
             events.append(self._event("crashed", name, snapshot, **fields))
             what = fields["exception"] or ""
-            message = printable(fields["message"])[:300]
+            message = shortened(printable(fields["message"]), 300)
             detail = f"{what}: {message}" if what and message else (what or message)
             self._end(
                 EXIT_CRASHED,
@@ -681,7 +681,7 @@ def event_text(event: WatchEvent) -> str:
         detail = f"{what}: {message}" if what and message else (what or message)
         return (
             f"{head} {short} crashed during {f.get('phase')}: cause {f.get('cause')}"
-            + (f" ({detail[:200]})" if detail else "")
+            + (f" ({shortened(detail, 200)})" if detail else "")
             + f" — hint: {f.get('hint')} (runbook: {f.get('runbook')}){wait}"
         )
     if event.event == "stopped":

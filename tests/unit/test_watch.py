@@ -222,6 +222,25 @@ class TestWatchJudge:
         assert events[0].fields["invocation_id"] == B
 
 
+def test_a_long_message_cut_in_the_verdict_ends_with_an_ellipsis() -> None:
+    """The exit line names the crash's message to 300 characters: a longer one ends with
+    ``…`` (a new user's trial read a cut message as if it were whole)."""
+    s = _Setup()
+    s.clock.now = T0 + timedelta(seconds=5)
+    s.feed(*s.start(B, 0, 20), backfill=True)
+    keys = ", ".join(f"'model.layers.{n}.mlp.experts.w13_weight'" for n in range(20))
+    crash = s.crash(B, 8, 20)
+    crash[2] = s.journal.at(8).line(f"KeyError: dict_keys([{keys}])", B, 20)
+    s.feed(*crash)
+    verdict = s.judge.verdict
+    assert verdict is not None and verdict.status == EXIT_CRASHED
+    cause = verdict.lines[0]
+    assert cause.startswith(f"{UNIT} crashed during loading_weights: cause unknown (KeyError: ")
+    message = cause.split("(KeyError: ", 1)[1].removesuffix(")")
+    assert message.endswith("…") and len(message) == 300, message
+    assert message[:-1] == f"dict_keys([{keys}])"[:299]
+
+
 class TestOutputs:
     """NDJSON, plain lines and the live block."""
 

@@ -80,6 +80,7 @@ from vllm_sentinel.engine.snapshot import (
     UnitHealth,
     UnitSnapshot,
 )
+from vllm_sentinel.engine.terminal_text import shortened
 from vllm_sentinel.engine.tracker import RECENT_EVENTS_KEPT
 
 __all__ = [
@@ -650,7 +651,7 @@ def render_text(
             if item.benign_errors:
                 out.append(f"    benign errors: {item.benign_errors} (discounted, not a cause)")
                 for line in item.benign_lines:
-                    out.append(f"      {_shorten(line, 160)}")
+                    out.append(f"      {shortened(line, 160)}")
                     out.append(f"        why: {explain_benign(line)}")
                 if item.benign_errors > len(item.benign_lines):
                     out.append(f"      … and {item.benign_errors - len(item.benign_lines)} more")
@@ -725,10 +726,6 @@ def status_document(snapshot: Snapshot) -> dict[str, Any]:
     }
 
 
-def _shorten(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 1].rstrip() + "…"
-
-
 def _eta_cell(unit: Mapping[str, Any]) -> str:
     seconds = unit.get("eta_seconds")
     overdue = unit.get("eta_overdue_seconds")
@@ -801,7 +798,7 @@ def render_status(document: Mapping[str, Any], *, runbook: str | None = None) ->
         )
         crash = "-"
         if last:
-            detail = last["exception"] or _shorten(last["message"], 40)
+            detail = last["exception"] or shortened(last["message"], 40)
             crash = f"{last['cause']}: {detail}" if detail else last["cause"]
             if last.get("settled") is False:
                 crash += " (not counted yet)"

@@ -4,7 +4,7 @@ status table of a daemon without units; verdicts wrapped to a width."""
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +13,14 @@ from vllm_sentinel.engine.catalog.causes import CrashCause
 from vllm_sentinel.engine.catalog.phases import Outcome, Phase
 from vllm_sentinel.engine.hints import HintContext
 from vllm_sentinel.engine.report import render_status, render_text, status_document, unit_to_json
-from vllm_sentinel.engine.snapshot import CrashInfo, EtaBasis, GpuProcessUsage, Snapshot, UnitHealth
+from vllm_sentinel.engine.snapshot import (
+    CrashInfo,
+    EtaBasis,
+    GpuProcessUsage,
+    PhaseEntry,
+    Snapshot,
+    UnitHealth,
+)
 from vllm_sentinel.engine.tracker import RECENT_EVENTS_KEPT
 from vllm_sentinel.replay import replay
 
@@ -498,3 +505,35 @@ def test_a_whole_message_gets_no_ellipsis() -> None:
     """A message under the limit is printed as it is, with no ``…``."""
     line = _crashed_with(*_TRACEBACK, "KeyError: 'model.layers.0.mlp.experts.w13_weight'")
     assert line.endswith("KeyError: 'model.layers.0.mlp.experts.w13_weight'")
+
+
+def test_a_phase_lasts_what_its_printed_times_say() -> None:
+    """Times are printed to the second, cut as journalctl and vLLM print them; a phase's
+    duration is the difference of the printed times beside it: entered at 10:00:00.9 and
+    left at 10:00:02.1 reads 10:00:00, 10:00:02 and 2s (a new user's trial read 1s, rounded
+    from 1.2 s, beside times 2 s apart), and 0.2 s inside one second reads 0s."""
+    from tests.support.snapshots import incarnation, unit_snapshot
+
+    start = datetime(2026, 3, 1, 10, 0, 0, 900_000, tzinfo=UTC)
+    item = incarnation([(Phase.STARTING, 0)])
+    moments = [start + timedelta(seconds=s) for s in (0, 1.2, 1.4, 61.3)]
+    phases = (Phase.STARTING, Phase.INITIALIZING, Phase.LOADING_WEIGHTS, Phase.COMPILING)
+    item = replace(
+        item,
+        started_at=start,
+        phases=tuple(PhaseEntry(p, t) for p, t in zip(phases, moments, strict=True)),
+        phase=Phase.COMPILING,
+        furthest_phase=Phase.COMPILING,
+        last_record_at=moments[-1],
+    )
+    rows = [
+        line
+        for line in render_text([unit_snapshot("h", "u", item)]).splitlines()
+        if line.startswith("    2026-")
+    ]
+    assert rows == [
+        "    2026-03-01 10:00:00  starting               2s",
+        "    2026-03-01 10:00:02  initializing           0s",
+        "    2026-03-01 10:00:02  loading_weights        1m00s",
+        "    2026-03-01 10:01:02  compiling",
+    ]

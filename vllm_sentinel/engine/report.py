@@ -417,7 +417,16 @@ def format_duration(seconds: float | None) -> str:
 
 
 def _clock(value: datetime | None) -> str:
+    """A time as the timeline prints it: to the second, the fraction cut (as journalctl and
+    vLLM's header print times)."""
     return value.strftime("%Y-%m-%d %H:%M:%S") if value is not None else "?"
+
+
+def _shown_seconds(start: datetime, end: datetime) -> float:
+    """The seconds between two times as ``_clock`` prints them (each cut to its second): the
+    duration beside printed times is their difference, so that entering at 10:00:00.9 and
+    leaving at 10:00:02.1 reads 2s, not the 1s that 1.2 s rounds to."""
+    return (end.replace(microsecond=0) - start.replace(microsecond=0)).total_seconds()
 
 
 _AT_THE_END = frozenset({Phase.READY, Phase.STOPPING})
@@ -582,6 +591,11 @@ def render_text(
 ) -> str:
     """The human timeline: per unit, each incarnation's phases, durations and verdict.
 
+    Each phase's row has the time it was entered, to the second (the fraction cut, as
+    journalctl prints it), and how long it lasted: the difference of its printed time and the
+    next row's, so the printed times and durations always agree. The startup line and the
+    usual durations are measured to the microsecond, then rounded to the second.
+
     An incarnation that reached ready shows each phase's usual duration (the median of the
     earlier ready ones in the input) and its startup against the usual; the current one, when
     still starting, its ETA if there is a basis.
@@ -636,7 +650,7 @@ def render_text(
                 )
                 took = ""
                 if entry.entered_at is not None and following is not None:
-                    took = format_duration((following - entry.entered_at).total_seconds())
+                    took = format_duration(_shown_seconds(entry.entered_at, following))
                 typical = usual.get(entry.phase)
                 if typical is not None and took:
                     took = f"{took:<9} usual {format_duration(typical)}"

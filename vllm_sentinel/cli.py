@@ -326,13 +326,15 @@ def replay_command(
     for path in files:
         if path != "-":
             _check_input_path(path)
+    now = datetime.now(UTC)
     try:
         result = replay(
             (read_input(path) for path in files),
             input_format=InputFormat(input_format),
             unit=unit,
             names=[os.path.basename(path) if path != "-" else "stdin" for path in files],
-            reference_year=datetime.now(UTC).year,
+            reference_year=now.year,
+            now=now,  # no time without a year after it
             keep=None if show_all else last,
             labels=["stdin" if path == "-" else path for path in files],
         )

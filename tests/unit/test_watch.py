@@ -340,3 +340,43 @@ class TestParsing:
     def test_printable(self) -> None:
         """Control characters become ?."""
         assert printable("a\x1b[31mb\r\nc\x9b") == "a?[31mb??c?"
+
+
+class _Journal:
+    """A transport whose ``journalctl`` prints ``output`` (and records the argv)."""
+
+    def __init__(self, output: bytes) -> None:
+        self.output = output
+        self.argv: list[str] = []
+
+    async def run(self, argv: list[str], timeout: float) -> bytes:
+        self.argv = list(argv)
+        return self.output
+
+
+@pytest.mark.parametrize(
+    ("output", "host"),
+    [
+        (b'{"__CURSOR":"c","_HOSTNAME":"gpu-node-7"}\n', "gpu-node-7"),
+        (b"", "journal-dir"),  # no record of the units yet: the directory's name
+        (b'{"_HOSTNAME":"gpu 7; $(reboot)"}\n', "journal-dir"),  # not a host name: not used
+        (b'{"_HOSTNAME":["gpu-7"]}\nnot json\n', "journal-dir"),
+    ],
+)
+def test_journal_host_is_the_units_records_machine(output: bytes, host: str) -> None:
+    """``journal_host``: the ``_HOSTNAME`` of the units' latest record in the files, when it
+    is a host's name; else the target's own (the directory's) name."""
+    import asyncio
+
+    from vllm_sentinel.watch import WatchTarget, journal_host
+
+    transport = _Journal(output)
+    target = WatchTarget(
+        "journal-dir",
+        transport,  # type: ignore[arg-type]
+        ("--directory=/srv/journal-dir",),
+        host_from_journal=True,
+    )
+    assert asyncio.run(journal_host(target, (UNIT,))) == host
+    assert "--directory=/srv/journal-dir" in transport.argv
+    assert f"--unit={UNIT}" in transport.argv and "--lines=1" in transport.argv

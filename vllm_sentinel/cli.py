@@ -326,13 +326,15 @@ def replay_command(
     for path in files:
         if path != "-":
             _check_input_path(path)
+    now = datetime.now(UTC)
     try:
         result = replay(
             (read_input(path) for path in files),
             input_format=InputFormat(input_format),
             unit=unit,
             names=[os.path.basename(path) if path != "-" else "stdin" for path in files],
-            reference_year=datetime.now(UTC).year,
+            reference_year=now.year,
+            now=now,  # no time without a year after it
             keep=None if show_all else last,
             labels=["stdin" if path == "-" else path for path in files],
         )
@@ -862,11 +864,13 @@ def watch_target(
     Without ``host``: this machine's ``journalctl``; GPU memory from this machine's NVML only
     when the journal is this machine's own (no ``directory``): a ``--directory`` holds another
     host's journal (journal-remote), whose GPUs this machine cannot see, and local GPU growth
-    would count as that host's progress. With ``host``: ``journalctl`` and ``nvidia-smi`` over
+    would count as that host's progress; that host is named by its journal (``run_watch``
+    reads the ``_HOSTNAME`` of the units' records), the directory's name until then, never
+    this machine's. With ``host``: ``journalctl`` and ``nvidia-smi`` over
     SSH. Exits 2 with one line (``_fail``) for a bad ``host``, ``identities`` without ``host``,
     or a known_hosts file or identity that cannot be read.
     """
-    from vllm_sentinel.config import local_host_name
+    from vllm_sentinel.config import host_name_from, local_host_name
     from vllm_sentinel.watch import WatchTarget
 
     journalctl_args = (f"--directory={directory}",) if directory else ()
@@ -876,10 +880,19 @@ def watch_target(
 
         if identities:
             _fail("watch: --identity needs --host (it is the key to log in to that host with)")
+        if directory:  # another machine's journal: its name, until its records give theirs
+            name = host_name_from(os.path.basename(os.path.normpath(directory)))
+            return WatchTarget(
+                name,
+                LocalTransport(name),
+                journalctl_args,
+                gpu=None,
+                history_directory=history,
+                host_from_journal=True,
+            )
         name = local_host_name()
-        gpu = None if directory else "nvml"
         return WatchTarget(
-            name, LocalTransport(name), journalctl_args, gpu=gpu, history_directory=history
+            name, LocalTransport(name), journalctl_args, gpu="nvml", history_directory=history
         )
     from vllm_sentinel.init_config import InitConfigError, parse_ssh_target
     from vllm_sentinel.sources.transport import SshSettings, SshTransport

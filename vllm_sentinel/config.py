@@ -90,6 +90,8 @@ __all__ = [
     "StallThresholds",
     "check_config",
     "default_config",
+    "host_name_from",
+    "is_host_name",
     "load_config",
     "local_host_name",
     "parse_config",
@@ -656,6 +658,19 @@ class HostConfig(BaseModel):
     def probe_policy(self) -> ProbePolicy:
         """Return how this host's units are probed (``[defaults.health_probe]`` merged in)."""
         return self.health_probe.policy()
+
+
+def is_host_name(name: str) -> bool:
+    """Whether ``name`` may be a host's name (the ``host`` label): the config's rule for
+    ``[[hosts]] name``."""
+    return _HOST_NAME.fullmatch(name) is not None
+
+
+def host_name_from(text: str) -> str:
+    """``text`` (a directory's name) made a host's name: every character the rule does not
+    allow becomes ``_``, cut to its length; ``journal`` when nothing is left."""
+    name = re.sub(r"[^A-Za-z0-9_.:-]", "_", text)[:64]
+    return name if is_host_name(name) else "journal"
 
 
 def local_host_name() -> str:

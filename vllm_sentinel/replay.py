@@ -15,6 +15,7 @@ import sys
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
 from enum import StrEnum
 
 from vllm_sentinel.engine.catalog.causes import DEFAULT_BENIGN_PATTERNS, BenignMatcher
@@ -37,6 +38,7 @@ from vllm_sentinel.engine.tracker import TrackerSet, UnitTracker
 from vllm_sentinel.sources.replay_input import InputError
 
 __all__ = [
+    "AHEAD_OF_UTC",
     "KEPT_INCARNATIONS",
     "InputFormat",
     "ReplayResult",
@@ -47,6 +49,11 @@ __all__ = [
 
 KEPT_INCARNATIONS = 8
 """How many of a unit's newest incarnations replay shows whole by default (``--last``)."""
+
+AHEAD_OF_UTC = timedelta(hours=14)
+"""How far a host's local time can be ahead of UTC (UTC+14, Kiribati's Line Islands): a stamp
+without a year or zone printed at the moment of a replay reads up to this much after its UTC
+``now``, and is not in the future."""
 
 
 class InputFormat(StrEnum):
@@ -161,6 +168,7 @@ def replay(
     unit: str | None = None,
     names: Sequence[str] | None = None,
     reference_year: int = 1970,
+    now: datetime | None = None,
     benign_patterns: Sequence[str] = DEFAULT_BENIGN_PATTERNS,
     keep: int | None = KEPT_INCARNATIONS,
     labels: Sequence[str] | None = None,
@@ -176,6 +184,10 @@ def replay(
             each text input is its own unit, named after its input, so that unrelated logs
             never merge into one timeline.
         reference_year: year for timestamps that carry none.
+        now: when the replay runs: a timestamp without a year is never put after it (the
+            latest year that keeps it at or before ``now`` plus ``AHEAD_OF_UTC``, since such a
+            stamp is its host's local time, whose zone the text does not say); ``None``: the
+            reference year whatever it gives (tests, benchmarks).
         benign_patterns: regexes of ERROR lines known not to be fatal.
         keep: how many of each unit's newest incarnations to keep whole (at least 2); the
             earlier ones are summed up (``UnitSnapshot.earlier``); ``None`` keeps every one.
@@ -192,6 +204,7 @@ def replay(
     """
     matcher = MarkerMatcher()
     benign = BenignMatcher(benign_patterns)
+    not_after = now + AHEAD_OF_UTC if now is not None else None
     text_unit = unit or "vllm"
 
     def factory(name: str, host: str | None) -> UnitTracker:
@@ -201,6 +214,7 @@ def replay(
             matcher=matcher,
             benign=benign,
             reference_year=reference_year,
+            not_after=not_after,
             max_incarnations=sys.maxsize if keep is None else keep,
             settle_while_feeding=False,  # a post-mortem settles at the end of its input
         )
@@ -226,7 +240,9 @@ def replay(
                 decoder = (
                     JournalJsonDecoder()
                     if chosen is InputFormat.JSON
-                    else TextLogDecoder(input_unit, reference_year=reference_year)
+                    else TextLogDecoder(
+                        input_unit, reference_year=reference_year, not_after=not_after
+                    )
                 )
             decoded = decoder.feed(chunk)
             records += len(decoded)

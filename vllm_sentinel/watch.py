@@ -40,7 +40,7 @@ import sys
 import textwrap
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol, TextIO
 
@@ -57,7 +57,7 @@ from vllm_sentinel.engine.snapshot import (
     Snapshot,
     UnitSnapshot,
 )
-from vllm_sentinel.engine.terminal_text import json_for_terminal, printable_values
+from vllm_sentinel.engine.terminal_text import json_for_terminal, printable_values, shortened
 from vllm_sentinel.errors import GpuCollectorError, TransportError
 from vllm_sentinel.monitor import GpuSample, HostPlan, Monitor, Tick
 from vllm_sentinel.sources.gpu import (
@@ -93,6 +93,7 @@ __all__ = [
     "WatchOutput",
     "WatchTarget",
     "event_text",
+    "journal_host",
     "parse_duration",
     "parse_until",
     "printable",
@@ -471,7 +472,7 @@ class WatchJudge:
             fields = _crash_fields(followed.crash, unit, host, self.runbook)
             events.append(self._event("crashed", name, snapshot, **fields))
             what = fields["exception"] or ""
-            message = printable(fields["message"])[:300]
+            message = shortened(printable(fields["message"]), 300)
             detail = f"{what}: {message}" if what and message else (what or message)
             self._end(
                 EXIT_CRASHED,
@@ -681,7 +682,7 @@ def event_text(event: WatchEvent) -> str:
         detail = f"{what}: {message}" if what and message else (what or message)
         return (
             f"{head} {short} crashed during {f.get('phase')}: cause {f.get('cause')}"
-            + (f" ({detail[:200]})" if detail else "")
+            + (f" ({shortened(detail, 200)})" if detail else "")
             + f" — hint: {f.get('hint')} (runbook: {f.get('runbook')}){wait}"
         )
     if event.event == "stopped":
@@ -885,6 +886,9 @@ class WatchTarget:
         gpu: ``nvml`` (this machine), ``nvidia-smi`` (over the transport), a ``GpuReader``
             of one's own (tests: NVML scripted), or ``None``.
         history_directory: the daemon's ``<state directory>/history`` (read, never written).
+        host_from_journal: the journal is another machine's (``--directory`` on this one):
+            ``run_watch`` names the host after the ``_HOSTNAME`` of the units' latest record
+            (``journal_host``), ``host`` (the directory's name) when none says it.
     """
 
     host: str
@@ -892,6 +896,7 @@ class WatchTarget:
     journalctl_args: tuple[str, ...] = ()
     gpu: str | GpuReader | None = None
     history_directory: str | None = None
+    host_from_journal: bool = False
 
 
 class _UnreadableError(Exception):
@@ -942,6 +947,31 @@ async def _preflight(target: WatchTarget) -> None:
         )
 
 
+async def journal_host(target: WatchTarget, units: Sequence[str]) -> str:
+    """The machine a journal of files belongs to: the ``_HOSTNAME`` of the latest record of
+    ``units`` in ``target``'s journal, when it is a host's name (``config.is_host_name``: log
+    text of another shape names nothing); else ``target.host``. A journal-remote directory
+    may hold several machines: the units' own records say which one runs them."""
+    from vllm_sentinel.config import is_host_name
+
+    argv = build_journalctl_argv(
+        units, target.journalctl_args, lines=1, output_fields=("_HOSTNAME",)
+    )
+    try:
+        output = await target.transport.run(argv, _PREFLIGHT_TIMEOUT_SECONDS)
+    except TransportError:
+        return target.host  # the preflight read this journal: the follower will say why
+    for line in reversed(output.splitlines()):
+        try:
+            entry = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        name = entry.get("_HOSTNAME") if isinstance(entry, dict) else None
+        if isinstance(name, str) and is_host_name(name):
+            return name
+    return target.host
+
+
 async def run_watch(
     target: WatchTarget,
     units: Sequence[str],
@@ -957,13 +987,15 @@ async def run_watch(
     ``err`` (``vllm-sentinel: `` is the caller's prefix, not added here)."""
     from vllm_sentinel.serve.runbook import installed_runbook
 
-    judge = WatchJudge(target.host, units, until, runbook=installed_runbook())
-    out = output(judge)
     try:
         await _preflight(target)
     except _UnreadableError as error:
         err(str(error))
         return EXIT_UNREADABLE
+    if target.host_from_journal:
+        target = replace(target, host=await journal_host(target, units))
+    judge = WatchJudge(target.host, units, until, runbook=installed_runbook())
+    out = output(judge)
     history = HistoryStore(target.history_directory)
     with contextlib.suppress(OSError):
         await asyncio.to_thread(history.load)

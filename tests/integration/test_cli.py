@@ -15,6 +15,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -75,6 +76,21 @@ class TestReplay:
         assert [i["outcome"] for i in unit["incarnations"]] == ["stopped", "crashed", "ready"]
         crash = unit["incarnations"][1]["crash"]
         assert (crash["cause"], crash["exception"]) == ("kv_cache_insufficient", "ValueError")
+
+    def test_json_times_of_a_text_log_name_no_zone_and_no_future(self) -> None:
+        """A vLLM header stamp (no year, no zone) dated two days after today: the JSON gives
+        it last year, the latest that is not in the future, and writes it without a ``Z``."""
+        ahead = datetime.now(UTC) + timedelta(days=2)
+        if (ahead.month, ahead.day) == (2, 29):
+            ahead += timedelta(days=1)  # no 29 February last year
+        stamp = ahead.strftime("%m-%d 12:00:00")
+        log = f"INFO {stamp} [api_server.py:1] vLLM API server version 0.11.0\n".encode()
+        result = _run("replay", "--output", "json", "-", stdin=log)
+        assert result.returncode == 0, result.stderr
+        (unit,) = json.loads(result.stdout)["units"]
+        assert unit["log_times_local"] is True
+        year = ahead.year - 1  # this year's would be ahead (across New Year: this year's)
+        assert unit["incarnations"][0]["started_at"] == f"{year}-{stamp.replace(' ', 'T')}"
 
     def test_several_text_files_stay_apart(self) -> None:
         """Two pasted logs are two units named after their files, never one merged timeline."""

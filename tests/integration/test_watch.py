@@ -242,6 +242,36 @@ class TestWatchOnJournalFiles:
         assert [event["event"] for event in events].count("crashed") == 0
         assert stderr == ""
 
+    def test_the_host_is_the_journals_own(
+        self, journal_writer: JournalWriter, tmp_path: Path
+    ) -> None:
+        """--directory holds another machine's journal: the events name that machine, the
+        ``_HOSTNAME`` of the unit's records, not the machine the watch runs on (a new user's
+        trial read its own laptop's name on a GPU node's journal)."""
+        started = datetime.now(UTC) - timedelta(seconds=30)
+        entries = [*_start(B, started, 4200), *_ready(B, started, 4200)]
+        for entry in entries:
+            entry["_HOSTNAME"] = "gpu-node-7"
+        journal_writer.write_readable(entries)
+        with watching(_args(journal_writer, tmp_path, "--json")) as watch:
+            status, lines, stderr = watch.finish()
+        assert status == 0, stderr
+        events = [orjson.loads(line) for line in lines]
+        assert {event["host"] for event in events} == {"gpu-node-7"}
+        assert events[-1]["event"] == "ready"
+
+    def test_the_directorys_name_when_the_unit_has_no_records_yet(
+        self, journal_writer: JournalWriter, tmp_path: Path
+    ) -> None:
+        """No record of the unit names its machine yet: the directory's name stands for it
+        (never this machine's)."""
+        journal_writer.write_readable([other_unit_line(to_realtime_us(datetime.now(UTC)))])
+        with watching(_args(journal_writer, tmp_path, "--json", "--timeout=2s")) as watch:
+            status, lines, stderr = watch.finish()
+        assert status == 4, stderr
+        events = [orjson.loads(line) for line in lines]
+        assert events and {event["host"] for event in events} == {journal_writer.path.parent.name}
+
     def test_crash_of_the_followed_incarnation_exits_1_with_its_cause(
         self, journal_writer: JournalWriter, tmp_path: Path
     ) -> None:
@@ -274,12 +304,14 @@ class TestWatchOnJournalFiles:
         self, journal_writer: JournalWriter, tmp_path: Path
     ) -> None:
         """The daemon's state directory holds an earlier start of the unit (60 s of loading,
-        then 40 s to ready): B's progress event carries an ETA on that basis."""
-        from vllm_sentinel.config import local_host_name
+        then 40 s to ready): B's progress event carries an ETA on that basis. The history is
+        the journal's host's (its records' ``_HOSTNAME``, as the watch names it), not this
+        machine's: the files in --directory are another machine's journal."""
         from vllm_sentinel.state.history_store import encode_name
 
+        host = "llm-test"  # the journal writer's _HOSTNAME
         earlier = datetime.now(UTC) - timedelta(days=1)
-        folder = tmp_path / "state" / "history" / encode_name(local_host_name())
+        folder = tmp_path / "state" / "history" / encode_name(host)
         folder.mkdir(parents=True)
         phases = {"starting": 5.0, "initializing": 3.0, "loading_weights": 60.0}
         phases |= {"compiling": 20.0, "profiling_kv_cache": 10.0, "starting_api_server": 10.0}
@@ -291,7 +323,7 @@ class TestWatchOnJournalFiles:
             "model": MODEL,
             "vllm_version": "0.11.0",
         }
-        document = {"format": 1, "host": local_host_name(), "unit": UNIT, "starts": [start]}
+        document = {"format": 1, "host": host, "unit": UNIT, "starts": [start]}
         (folder / f"{encode_name(UNIT)}.json").write_bytes(orjson.dumps(document))
         b_started = datetime.now(UTC) - timedelta(seconds=30)
         journal_writer.write_readable(
@@ -634,6 +666,23 @@ class TestWatchTarget:
         target = watch_target(None, directory=str(tmp_path), state_directory=str(tmp_path))
         assert (target.gpu, target.journalctl_args) == (None, (f"--directory={tmp_path}",))
         assert target.history_directory == str(tmp_path / "history")
+
+    def test_a_directory_is_named_by_its_journal_then_its_own_name(self, tmp_path: Path) -> None:
+        """--directory without --host: the host is the journal's own (``run_watch`` reads its
+        ``_HOSTNAME``), until then the directory's name, never this machine's."""
+        from vllm_sentinel.cli import watch_target
+        from vllm_sentinel.config import local_host_name
+
+        journal = tmp_path / "gpu-node-7"
+        journal.mkdir()
+        target = watch_target(None, directory=f"{journal}/", state_directory=str(tmp_path))
+        assert (target.host, target.host_from_journal) == ("gpu-node-7", True)
+        odd = tmp_path / "a journal; $(x)"
+        odd.mkdir()
+        target = watch_target(None, directory=str(odd), state_directory=str(tmp_path))
+        assert target.host == "a_journal____x_"  # a label: what is not one becomes _
+        own = watch_target(None, state_directory=str(tmp_path))
+        assert (own.host, own.host_from_journal) == (local_host_name(), False)
 
     def test_this_machines_journal_uses_its_nvml(self, tmp_path: Path) -> None:
         from vllm_sentinel.cli import watch_target

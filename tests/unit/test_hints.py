@@ -140,6 +140,85 @@ class TestMessageRows:
         assert hint.rule == "vllm_extension_missing" and "pip install -e ." in hint.text
 
     @pytest.mark.parametrize(
+        "module",
+        [
+            "vllm._C",
+            "vllm._moe_C",
+            "vllm._rocm_C",
+            "vllm.vllm_flash_attn._vllm_fa2_C",
+        ],
+    )
+    def test_a_missing_vllm_extension_names_a_matching_build(self, module: str) -> None:
+        """A compiled extension of vLLM's own (``vllm/_C``, its flash-attention build's
+        ``_vllm_fa2_C``): vllm is installed, so the fix is a vllm build that matches the
+        installed torch and CUDA, never ``pip install vllm``."""
+        hint = hint_for(crash(C.IMPORT_ERROR, f"No module named '{module}'", "ModuleNotFoundError"))
+        assert hint.rule == "vllm_extension_missing", hint
+        assert hint.text.startswith(f"vLLM's compiled extension {module} is missing: ")
+        assert "the vllm wheel built for the installed torch and CUDA" in hint.text
+        assert "`pip install vllm`" not in hint.text
+
+    @pytest.mark.parametrize(
+        "module",
+        [
+            "vllm.entrypoints.openai.tool_parsers",
+            "vllm.model_executor.layers.fused_moe.configs",
+            "vllm._custom_ops",
+        ],
+    )
+    def test_a_missing_vllm_submodule_is_not_a_missing_package(self, module: str) -> None:
+        """``No module named 'vllm.X'``: Python imported ``vllm`` itself before failing on X, so
+        vllm is installed; ``pip install vllm`` (the third-party row's fix) changes nothing. The
+        hint names the module, says what the installed vLLM lacks and how to get the release
+        that has it (a new user's trial was told to install vllm into a vLLM environment)."""
+        hint = hint_for(crash(C.IMPORT_ERROR, f"No module named '{module}'", "ModuleNotFoundError"))
+        assert hint.rule == "vllm_submodule_missing", hint
+        assert hint.text == (
+            f"vLLM is installed but has no module {module}: the code importing it (a plugin, "
+            "a model's remote code, a script) was written for another vLLM release, or this "
+            "vllm is an incomplete build; check which vllm is installed (`pip show vllm`) and "
+            "install the release that code needs, the vllm wheel built for the installed torch "
+            "and CUDA (`pip install --force-reinstall vllm==VERSION`); a `vllm/` source "
+            "directory in the unit's working directory shadows the installed package."
+        )
+
+    def test_vllm_itself_missing_is_a_package_to_install(self) -> None:
+        """``No module named 'vllm'``: vLLM is not installed in the interpreter the unit runs;
+        installing it is the fix (the third-party row)."""
+        hint = hint_for(crash(C.IMPORT_ERROR, "No module named 'vllm'", "ModuleNotFoundError"))
+        assert hint.rule == "missing_module"
+        assert hint.text.startswith("`pip install vllm` into the unit's environment")
+
+    def test_a_shadowed_vllm_names_the_shadow(self) -> None:
+        """``'vllm' is not a package``: a file named ``vllm.py`` (on the path before the installed
+        package) was imported as ``vllm``; no install fixes that."""
+        hint = hint_for(
+            crash(
+                C.IMPORT_ERROR,
+                "No module named 'vllm.entrypoints'; 'vllm' is not a package",
+                "ModuleNotFoundError",
+            )
+        )
+        assert hint.rule == "vllm_shadowed", hint
+        assert "vllm.py" in hint.text and "vllm.entrypoints" in hint.text
+        assert "pip install" not in hint.text
+
+    @pytest.mark.parametrize(
+        "message",
+        [
+            "No module named 'vllm.x`; rm -rf ~; echo `'",
+            "No module named 'vllm.$(reboot)'",
+            "No module named 'vllm.1abc'",
+        ],
+    )
+    def test_a_vllm_module_of_the_wrong_shape_is_never_named(self, message: str) -> None:
+        """Only a dotted Python identifier is named in a hint: log text never becomes part of
+        one (the cause's own hint instead)."""
+        hint = hint_for(crash(C.IMPORT_ERROR, message, "ModuleNotFoundError"))
+        assert hint.rule == "cause:import_error", hint
+        assert "rm -rf" not in hint.text and "reboot" not in hint.text and "1abc" not in hint.text
+
+    @pytest.mark.parametrize(
         ("path", "package"),
         [
             ("/usr/local/lib/python3.12/dist-packages/vllm/_C.abi3.so", "vllm"),

@@ -77,7 +77,7 @@ class TestEta:
         assert unit.usual_phase_seconds == 3.0 and not unit.slow
         document = to_json([unit])["units"][0]
         assert document["eta_seconds"] == 59.0
-        assert document["expected_ready_at"] == "2026-06-07T08:56:59Z"
+        assert document["expected_ready_at"] == "2026-06-07T08:56:59"  # text: no zone
         assert document["eta_basis"] == "history"
         assert document["incarnations"][1]["startup"] is None
         assert (

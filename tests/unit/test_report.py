@@ -4,7 +4,7 @@ status table of a daemon without units; verdicts wrapped to a width."""
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +13,14 @@ from vllm_sentinel.engine.catalog.causes import CrashCause
 from vllm_sentinel.engine.catalog.phases import Outcome, Phase
 from vllm_sentinel.engine.hints import HintContext
 from vllm_sentinel.engine.report import render_status, render_text, status_document, unit_to_json
-from vllm_sentinel.engine.snapshot import CrashInfo, EtaBasis, GpuProcessUsage, Snapshot, UnitHealth
+from vllm_sentinel.engine.snapshot import (
+    CrashInfo,
+    EtaBasis,
+    GpuProcessUsage,
+    PhaseEntry,
+    Snapshot,
+    UnitHealth,
+)
 from vllm_sentinel.engine.tracker import RECENT_EVENTS_KEPT
 from vllm_sentinel.replay import replay
 
@@ -429,3 +436,104 @@ def test_the_reason_for_no_comparison_is_true_with_last() -> None:
         "    startup 31s: no earlier start in this input that became ready (1 earlier "
         "incarnation summed up is not compared with: --all compares with every one)"
     )
+
+
+_KEYS = ", ".join(f"'model.layers.{n}.mlp.experts.w13_weight'" for n in range(40))  # 1.7 KB
+_NCCL_INFO = " ".join(
+    f"gpu-3:{n}:{n} [0] NCCL INFO Channel {n:02d}/24 : 0 1 2 3 4 5 6 7" for n in range(30)
+)
+
+
+_TRACEBACK = (
+    "Traceback (most recent call last):",
+    '  File "/usr/lib/python3/dist-packages/vllm/model_executor/utils.py", line 1, in f',
+)
+
+
+def _crashed_with(*lines: str) -> str:
+    """The verdict line of a start that crashed with ``lines`` (a traceback, a failure line),
+    as ``replay`` prints it to a pipe (one line)."""
+    log = "\n".join(
+        [
+            "INFO 11-04 18:02:50 [api_server.py:1] vLLM API server version 0.11.0",
+            "INFO 11-04 18:02:51 [model_runner.py:1] Starting to load model foo/bar...",
+            *lines,
+        ]
+    )
+    (unit,) = replay([[log.encode() + b"\n"]], reference_year=2026).units
+    (line,) = [row for row in render_text([unit]).splitlines() if "verdict:" in row]
+    return line
+
+
+def test_a_message_cut_short_ends_with_an_ellipsis() -> None:
+    """A 1.7 KB ``dict_keys([...])`` and a message with NCCL INFO lines glued to it are kept
+    to 1,000 characters; the cut ends with ``…`` so that the reader knows there was more (a new
+    user's trial read a verdict that stopped mid-word, ``… 0 1 2 3 4``, as if it were whole)."""
+    keys = _crashed_with(*_TRACEBACK, f"KeyError: dict_keys([{_KEYS}])")
+    assert keys.endswith("…"), keys[-80:]
+    message = keys.split(": KeyError: ", 1)[1]
+    assert len(message) == 1000  # 999 of the message's own characters and the ellipsis
+    assert message[:-1] == f"dict_keys([{_KEYS}])"[:999]
+    nccl = _crashed_with(
+        *_TRACEBACK,
+        "RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled cuda error, NCCL "
+        f"version 2.21.5 {_NCCL_INFO}",
+    )
+    assert " root cause nccl_error: RuntimeError: NCCL error in: " in nccl
+    assert nccl.endswith("…"), nccl[-80:]
+    message = nccl.split(": RuntimeError: ", 1)[1]
+    assert 990 < len(message) <= 1000  # blanks at the cut are dropped before the ellipsis
+    assert f"{_NCCL_INFO}".startswith(message.split(" 2.21.5 ", 1)[1][:-1])
+
+
+def test_a_failure_line_cut_short_ends_with_an_ellipsis() -> None:
+    """A native failure line (libstdc++'s ``what():``) is evidence as it is, not an exception
+    line: its cut, made where the evidence is kept, ends with ``…`` too."""
+    line = _crashed_with(
+        "terminate called after throwing an instance of 'c10::DistBackendError'",
+        "  what():  [PG ID 0 PG GUID 0 Rank 0] NCCL watchdog thread terminated with exception: "
+        f"NCCL error: unhandled cuda error {_NCCL_INFO}",
+    )
+    assert " root cause nccl_error: " in line
+    assert line.endswith("…"), line[-80:]
+    kept = line.split(" root cause nccl_error: ", 1)[1]  # the line less its indent
+    assert kept.startswith("what():  [PG ID 0 PG GUID 0 Rank 0] NCCL watchdog thread")
+    assert len(kept) == 1000 - len("  ")
+
+
+def test_a_whole_message_gets_no_ellipsis() -> None:
+    """A message under the limit is printed as it is, with no ``…``."""
+    line = _crashed_with(*_TRACEBACK, "KeyError: 'model.layers.0.mlp.experts.w13_weight'")
+    assert line.endswith("KeyError: 'model.layers.0.mlp.experts.w13_weight'")
+
+
+def test_a_phase_lasts_what_its_printed_times_say() -> None:
+    """Times are printed to the second, cut as journalctl and vLLM print them; a phase's
+    duration is the difference of the printed times beside it: entered at 10:00:00.9 and
+    left at 10:00:02.1 reads 10:00:00, 10:00:02 and 2s (a new user's trial read 1s, rounded
+    from 1.2 s, beside times 2 s apart), and 0.2 s inside one second reads 0s."""
+    from tests.support.snapshots import incarnation, unit_snapshot
+
+    start = datetime(2026, 3, 1, 10, 0, 0, 900_000, tzinfo=UTC)
+    item = incarnation([(Phase.STARTING, 0)])
+    moments = [start + timedelta(seconds=s) for s in (0, 1.2, 1.4, 61.3)]
+    phases = (Phase.STARTING, Phase.INITIALIZING, Phase.LOADING_WEIGHTS, Phase.COMPILING)
+    item = replace(
+        item,
+        started_at=start,
+        phases=tuple(PhaseEntry(p, t) for p, t in zip(phases, moments, strict=True)),
+        phase=Phase.COMPILING,
+        furthest_phase=Phase.COMPILING,
+        last_record_at=moments[-1],
+    )
+    rows = [
+        line
+        for line in render_text([unit_snapshot("h", "u", item)]).splitlines()
+        if line.startswith("    2026-")
+    ]
+    assert rows == [
+        "    2026-03-01 10:00:00  starting               2s",
+        "    2026-03-01 10:00:02  initializing           0s",
+        "    2026-03-01 10:00:02  loading_weights        1m00s",
+        "    2026-03-01 10:01:02  compiling",
+    ]

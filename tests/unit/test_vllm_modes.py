@@ -79,7 +79,8 @@ class TestSleeping:
         assert 'class="phase phase-sleeping">sleeping<' in page
         assert "asleep: freed 69.13 GiB, 0.40 GiB kept" in page
         table = render_status(status)
-        assert "sleeping since 2026-11-30T09:12:03Z: freed 69.13 GiB, 0.40 GiB in use" in table
+        # a replayed text's time, as printed: no zone (report.iso_time)
+        assert "sleeping since 2026-11-30T09:12:03: freed 69.13 GiB, 0.40 GiB in use" in table
         text = render_text([unit])
         assert (
             "sleeping since 2026-11-30 09:12:03 (vLLM sleep mode): freed 69.13 GiB, 0.40 GiB "
@@ -215,7 +216,7 @@ class TestWatchdog:
         assert status["units"][0]["incarnations"][0]["modes"]["watchdog"] == {
             "dump_path": path,
             "reason": "feed timeout",
-            "at": "2026-11-30T09:06:30Z",
+            "at": "2026-11-30T09:06:30",  # a replayed text's time, as printed: no zone
         }
         assert f"vLLM watchdog stack dump: {path}" in render_main(status)
         assert f"stalled: vLLM's watchdog dumped the stack to {path}" in render_status(status)

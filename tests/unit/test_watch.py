@@ -222,6 +222,25 @@ class TestWatchJudge:
         assert events[0].fields["invocation_id"] == B
 
 
+def test_a_long_message_cut_in_the_verdict_ends_with_an_ellipsis() -> None:
+    """The exit line names the crash's message to 300 characters: a longer one ends with
+    ``…`` (a new user's trial read a cut message as if it were whole)."""
+    s = _Setup()
+    s.clock.now = T0 + timedelta(seconds=5)
+    s.feed(*s.start(B, 0, 20), backfill=True)
+    keys = ", ".join(f"'model.layers.{n}.mlp.experts.w13_weight'" for n in range(20))
+    crash = s.crash(B, 8, 20)
+    crash[2] = s.journal.at(8).line(f"KeyError: dict_keys([{keys}])", B, 20)
+    s.feed(*crash)
+    verdict = s.judge.verdict
+    assert verdict is not None and verdict.status == EXIT_CRASHED
+    cause = verdict.lines[0]
+    assert cause.startswith(f"{UNIT} crashed during loading_weights: cause unknown (KeyError: ")
+    message = cause.split("(KeyError: ", 1)[1].removesuffix(")")
+    assert message.endswith("…") and len(message) == 300, message
+    assert message[:-1] == f"dict_keys([{keys}])"[:299]
+
+
 class TestOutputs:
     """NDJSON, plain lines and the live block."""
 
@@ -321,3 +340,43 @@ class TestParsing:
     def test_printable(self) -> None:
         """Control characters become ?."""
         assert printable("a\x1b[31mb\r\nc\x9b") == "a?[31mb??c?"
+
+
+class _Journal:
+    """A transport whose ``journalctl`` prints ``output`` (and records the argv)."""
+
+    def __init__(self, output: bytes) -> None:
+        self.output = output
+        self.argv: list[str] = []
+
+    async def run(self, argv: list[str], timeout: float) -> bytes:
+        self.argv = list(argv)
+        return self.output
+
+
+@pytest.mark.parametrize(
+    ("output", "host"),
+    [
+        (b'{"__CURSOR":"c","_HOSTNAME":"gpu-node-7"}\n', "gpu-node-7"),
+        (b"", "journal-dir"),  # no record of the units yet: the directory's name
+        (b'{"_HOSTNAME":"gpu 7; $(reboot)"}\n', "journal-dir"),  # not a host name: not used
+        (b'{"_HOSTNAME":["gpu-7"]}\nnot json\n', "journal-dir"),
+    ],
+)
+def test_journal_host_is_the_units_records_machine(output: bytes, host: str) -> None:
+    """``journal_host``: the ``_HOSTNAME`` of the units' latest record in the files, when it
+    is a host's name; else the target's own (the directory's) name."""
+    import asyncio
+
+    from vllm_sentinel.watch import WatchTarget, journal_host
+
+    transport = _Journal(output)
+    target = WatchTarget(
+        "journal-dir",
+        transport,  # type: ignore[arg-type]
+        ("--directory=/srv/journal-dir",),
+        host_from_journal=True,
+    )
+    assert asyncio.run(journal_host(target, (UNIT,))) == host
+    assert "--directory=/srv/journal-dir" in transport.argv
+    assert f"--unit={UNIT}" in transport.argv and "--lines=1" in transport.argv

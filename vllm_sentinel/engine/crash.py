@@ -46,10 +46,12 @@ from vllm_sentinel.engine.catalog.phases import Outcome, Phase
 from vllm_sentinel.engine.counters import CarriedCrash, micros
 from vllm_sentinel.engine.incarnation import RECENT_EVENTS_KEPT, Incarnation
 from vllm_sentinel.engine.snapshot import CrashInfo, EarlierIncarnations
+from vllm_sentinel.engine.terminal_text import shortened
 
 __all__ = ["CrashBook"]
 
 _MAX_EVIDENCE: Final = 32
+_MAX_MESSAGE: Final = 1000  # characters of a message kept (tracebacks cut theirs alike)
 _POST_READY_CAUSE_WINDOW: Final = timedelta(minutes=5)
 _UNCONFIRMED_GRACE: Final = 10  # × settle_seconds: how long a journal incarnation waits for systemd
 _RECENT: Final = 16  # counted crashes kept for the Monitor's unit_crashed events
@@ -105,13 +107,15 @@ class CrashBook:
         pid: int | None = None,
         survivable: bool = False,
     ) -> Evidence:
-        """Keep one reason ``incarnation`` may have crashed (message cut to 1,000 chars).
+        """Keep one reason ``incarnation`` may have crashed (message cut to 1,000 chars, a cut
+        ending with ``…``).
 
         ``pid`` and ``survivable``: a process's own line (see ``survived``).
         """
         self._seq += 1
         evidence = incarnation.evidence
-        item = Evidence(cause, kind, exception, message[:1000], time, self._seq, pid, survivable)
+        message = shortened(message, _MAX_MESSAGE)
+        item = Evidence(cause, kind, exception, message, time, self._seq, pid, survivable)
         evidence.append(item)
         if len(evidence) > _MAX_EVIDENCE:
             # keep the best candidates (most direct kind, earliest), whatever their arrival order

@@ -739,14 +739,44 @@ MESSAGE_HINTS: tuple[MessageHint, ...] = (
         "symbol: _ZN3c104cuda9SetDeviceEi",
         derive=_extension,
     ),
+    # ``No module named 'vllm.X'``: Python imported the package ``vllm`` before it failed on X
+    # (a missing ``vllm`` says ``No module named 'vllm'``), so vllm is installed and ``pip
+    # install vllm`` changes nothing: what is missing is a part of that installation.
+    MessageHint(
+        "vllm_shadowed",
+        frozenset({"import_error"}),
+        r"No module named '(?P<module>vllm(?:\.\w+)+)'; 'vllm' is not a package",
+        "`vllm` here is not the installed package but a module of that name (a file "
+        "`vllm.py` in the unit's working directory or on `PYTHONPATH`), so {module} cannot be "
+        "imported: rename that file, or run the unit from another `WorkingDirectory=`.",
+        "Python import system (a module, not a package, imported under the package's name)",
+        "ModuleNotFoundError: No module named 'vllm.entrypoints'; 'vllm' is not a package",
+    ),
     MessageHint(
         "vllm_extension_missing",
         frozenset({"import_error"}),
-        r"No module named '(?P<module>vllm\._\w+)'",
-        "vLLM's compiled extension {module} is missing: reinstall the vllm wheel, or build a "
-        "source checkout (`pip install -e .` compiles it).",
-        "vllm/_custom_ops.py (0.5–0.33)",
+        r"No module named '(?P<module>vllm(?:\.\w+)*\._\w*C)'",
+        "vLLM's compiled extension {module} is missing: this vllm is not a complete build for "
+        "the machine; reinstall the vllm wheel built for the installed torch and CUDA (`pip "
+        "install --force-reinstall vllm==VERSION`), or build a source checkout (`pip install "
+        "-e .` compiles it); a `vllm/` source directory in the unit's working directory "
+        "shadows the installed package.",
+        "vllm/_custom_ops.py (0.5–0.33: _C, _moe_C, _rocm_C), vllm/vllm_flash_attn (_vllm_fa2_C)",
         "ModuleNotFoundError: No module named 'vllm._C'",
+    ),
+    MessageHint(
+        "vllm_submodule_missing",
+        frozenset({"import_error"}),
+        r"No module named '(?P<module>vllm\.[A-Za-z_][\w.]*)'",
+        "vLLM is installed but has no module {module}: the code importing it (a plugin, a "
+        "model's remote code, a script) was written for another vLLM release, or this vllm is "
+        "an incomplete build; check which vllm is installed (`pip show vllm`) and install the "
+        "release that code needs, the vllm wheel built for the installed torch and CUDA (`pip "
+        "install --force-reinstall vllm==VERSION`); a `vllm/` source directory in the unit's "
+        "working directory shadows the installed package.",
+        "Python import system; vLLM's modules move between releases (vllm/entrypoints, "
+        "vllm/model_executor), plugins import them by name",
+        "ModuleNotFoundError: No module named 'vllm.entrypoints.openai.tool_parsers'",
     ),
     MessageHint(
         "missing_module",

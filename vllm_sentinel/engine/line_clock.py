@@ -5,13 +5,17 @@ header stamp, ``MM-DD HH:MM:SS`` without a year (``INFO 05-01 12:00:00 [file.py:
 0.4–0.33, ``vllm/logger.py``), or a JSON record's ``asctime`` with a full date (0.32+). A
 ``LineClock`` turns those into UTC times: the year comes from the last full time seen (or the
 reference year), a stamp more than half a year before the last time is in the next year (a log
-across New Year), and a line without any stamp takes the last time.
+across New Year), and a line without any stamp takes the last time. Given ``not_after`` (the
+replay's now, as a wall time), a stamp without a year never lands after it: it takes the latest
+year that keeps it there (``text_log.latest_year_not_after``, as journald's short stamps).
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from typing import Final
+
+from vllm_sentinel.engine.decode.text_log import latest_year_not_after
 
 __all__ = ["LineClock"]
 
@@ -24,15 +28,18 @@ class LineClock:
 
     Args:
         reference_year: the year of stamps without one until a full time is seen.
+        not_after: no stamp without a year is put after this time (a wall time, as the
+            stamps are read); ``None``: no bound.
 
     Attributes:
         last_time: the time of the last line (``observe`` or a stamp read).
         year: the year given to stamps without one.
     """
 
-    def __init__(self, reference_year: int = 1970) -> None:
+    def __init__(self, reference_year: int = 1970, *, not_after: datetime | None = None) -> None:
         self.last_time: datetime | None = None
         self.year = reference_year
+        self._not_after = not_after
         self._stamp_text: str | None = None  # the last header stamp read, and its time
         self._stamp_time: datetime | None = None
         self._stamp_year = 0
@@ -68,6 +75,10 @@ class LineClock:
                 time = time.replace(year=time.year + 1)
             except ValueError:  # past year 9999, or 29 February into a common year
                 return last
+        bounded = latest_year_not_after(time, self._not_after)
+        if bounded is None:
+            return last
+        time = bounded
         self.last_time = time
         self._stamp_text, self._stamp_time, self._stamp_year = stamp, time, self.year
         return time

@@ -15,7 +15,8 @@ JSON (added to ``report``'s documents; keys only ever added)::
         "ready_timeout_seconds": float|null, "ready_timeout_remaining_seconds": float|null,
         "watchdog_dump_path": str|null, "sleeping_since": iso8601|null
 
-Sizes are bytes, durations seconds, times UTC.
+Sizes are bytes, durations seconds, times UTC (``Z``); a unit whose log named no zone
+(``log_times_local``) has its times as printed, without an offset (``report.iso_time``).
 """
 
 from __future__ import annotations
@@ -43,9 +44,12 @@ __all__ = [
 _GIB = float(1 << 30)
 
 
-def _iso(value: datetime | None) -> str | None:
+def _iso(value: datetime | None, local: bool = False) -> str | None:
+    """As ``report.iso_time``: UTC with ``Z``, or a zone-less log's time without an offset."""
     if value is None:
         return None
+    if local:
+        return value.replace(tzinfo=None).isoformat()
     return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
@@ -53,13 +57,16 @@ def _gib(value: int | None) -> str:
     return f"{value / _GIB:.2f} GiB" if value is not None else "? GiB"
 
 
-def modes_to_json(item: IncarnationSnapshot) -> dict[str, Any]:
-    """An incarnation's ``modes`` object (see the module docstring)."""
+def modes_to_json(item: IncarnationSnapshot, local_times: bool = False) -> dict[str, Any]:
+    """An incarnation's ``modes`` object (see the module docstring); ``local_times``: its
+    unit's log named no zone (``UnitSnapshot.log_times_local``)."""
     modes = item.modes
     return {
         "role": modes.role,
         "startup_kind": modes.startup_kind,
-        "sleeping_since": _iso(modes.sleeping_since) if item.phase is Phase.SLEEPING else None,
+        "sleeping_since": (
+            _iso(modes.sleeping_since, local_times) if item.phase is Phase.SLEEPING else None
+        ),
         "sleep_freed_bytes": modes.sleep_freed_bytes,
         "sleep_kept_bytes": modes.sleep_kept_bytes,
         "fall_asleep_seconds": modes.fall_asleep_seconds,
@@ -74,7 +81,7 @@ def modes_to_json(item: IncarnationSnapshot) -> dict[str, Any]:
         else {
             "dump_path": modes.watchdog_dump_path,
             "reason": modes.watchdog_reason,
-            "at": _iso(modes.watchdog_dumped_at),
+            "at": _iso(modes.watchdog_dumped_at, local_times),
         },
         "ready_timeout_seconds": modes.ready_timeout_seconds,
     }
@@ -90,7 +97,11 @@ def unit_modes_to_json(unit: UnitSnapshot) -> dict[str, Any]:
         "ready_timeout_seconds": unit.ready_timeout_seconds,
         "ready_timeout_remaining_seconds": unit.ready_timeout_remaining_seconds,
         "watchdog_dump_path": current.modes.watchdog_dump_path if current else None,
-        "sleeping_since": _iso(current.modes.sleeping_since) if current and sleeping else None,
+        "sleeping_since": (
+            _iso(current.modes.sleeping_since, unit.log_times_local)
+            if current and sleeping
+            else None
+        ),
     }
 
 

@@ -3,7 +3,7 @@ human timeline with a verdict (core: pure).
 
 JSON shape (stable; extra keys may be added, none removed)::
 
-    {"units": [{"unit": str, "host": str|null, "incarnations": [{
+    {"units": [{"unit": str, "host": str|null, "log_times_local": bool, "incarnations": [{
         "id": str|null, "started_at": iso8601|null, "ended_at": iso8601|null,
         "phases": [{"phase": str, "entered_at": iso8601|null}],
         "furthest_phase": str, "outcome": str,
@@ -25,6 +25,11 @@ JSON shape (stable; extra keys may be added, none removed)::
       "eta_overdue_seconds": float|null,
       "starts_last_24h": int, "crashes_last_24h": int, "last_24h_capped": bool}]}
 
+Times are ISO 8601 in UTC with a ``Z``, except in a unit whose ``log_times_local`` is true: its
+log (plain text without zones: vLLM's header, journald's short format) gave its host's local
+time, whose offset is unknown, so its times are written as printed, without an offset
+(``2026-11-04T18:02:56``, ISO 8601 local time; ``iso_time``). ``/status`` units (the
+journal's real times) never are.
 (the ``*_last_24h`` keys when a reference time is given: ``/status`` has them, ``replay`` not;
 ``/status`` adds ``gpu_memory_used_bytes``, ``unhealthy`` and ``health``, see
 ``health_to_json``). A crash is ``settled`` once it is counted in ``crashes_total`` (its cause
@@ -80,6 +85,7 @@ from vllm_sentinel.engine.snapshot import (
     UnitHealth,
     UnitSnapshot,
 )
+from vllm_sentinel.engine.terminal_text import shortened
 from vllm_sentinel.engine.tracker import RECENT_EVENTS_KEPT
 
 __all__ = [
@@ -89,6 +95,7 @@ __all__ = [
     "format_duration",
     "health_to_json",
     "is_settled",
+    "iso_time",
     "iso_utc",
     "pending_crash_text",
     "render_status",
@@ -107,15 +114,30 @@ def iso_utc(value: datetime | None) -> str | None:
     return value.isoformat().replace("+00:00", "Z") if value is not None else None
 
 
+def iso_time(value: datetime | None, local: bool = False) -> str | None:
+    """A time of a unit's document: ``iso_utc``, or with ``local`` (the unit's log named no
+    zone, ``UnitSnapshot.log_times_local``: the engine read its host's local time as if UTC)
+    the time as the log printed it, as ISO 8601 local time without an offset
+    (``2026-11-04T18:02:56``): a ``Z`` would say UTC, which the log never said."""
+    if value is None or not local:
+        return iso_utc(value)
+    return value.replace(tzinfo=None).isoformat()
+
+
 _DAY = timedelta(hours=24)
 
 
 def crash_to_json(
-    crash: CrashInfo | None, context: HintContext | None = None, *, settled: bool = True
+    crash: CrashInfo | None,
+    context: HintContext | None = None,
+    *,
+    settled: bool = True,
+    local_times: bool = False,
 ) -> dict[str, Any] | None:
     """A crash as the JSON object of ``"crash"``/``"last_crash"`` (``None`` stays ``None``),
     with its fix hint (``hints.hint_for``; ``context``: the host's GPU processes) and whether
-    it is ``settled`` (counted in ``crashes_total``; a ``pending`` cause never is)."""
+    it is ``settled`` (counted in ``crashes_total``; a ``pending`` cause never is);
+    ``local_times``: its log named no zone (``iso_time``)."""
     if crash is None:
         return None
     hint = hint_for(crash, context)
@@ -124,7 +146,7 @@ def crash_to_json(
         "exception": crash.exception,
         "message": crash.message,
         "phase": crash.phase.value,
-        "at": iso_utc(crash.at),
+        "at": iso_time(crash.at, local_times),
         "invocation_id": crash.invocation_id,
         "settled": settled and crash.cause is not CrashCause.PENDING,
         "hint": {"text": hint.text, "runbook": hint.runbook, "rule": hint.rule},
@@ -178,7 +200,8 @@ def _time_of_day(value: object) -> str:
         moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         return value
-    return moment.strftime("%H:%M:%S UTC")
+    # a time written without a zone (``iso_time``: a replayed text's) is not said to be UTC
+    return moment.strftime("%H:%M:%S UTC" if moment.tzinfo is not None else "%H:%M:%S")
 
 
 def _basis(value: object) -> EtaBasis | None:
@@ -293,18 +316,22 @@ def _incarnation(
     comparison: StartupComparison | None = None,
 ) -> dict[str, Any]:
     progress = item.progress
+    local = unit.log_times_local
     return {
         "id": item.id,
-        "started_at": iso_utc(item.started_at),
-        "ended_at": iso_utc(item.ended_at),
+        "started_at": iso_time(item.started_at, local),
+        "ended_at": iso_time(item.ended_at, local),
         "phases": [
-            {"phase": entry.phase.value, "entered_at": iso_utc(entry.entered_at)}
+            {"phase": entry.phase.value, "entered_at": iso_time(entry.entered_at, local)}
             for entry in item.phases
         ],
         "furthest_phase": item.furthest_phase.value,
         "outcome": item.outcome.value,
         "crash": crash_to_json(
-            item.crash, context, settled=item.crash is None or is_settled(unit, item.crash)
+            item.crash,
+            context,
+            settled=item.crash is None or is_settled(unit, item.crash),
+            local_times=local,
         ),
         "pids": list(item.pids),
         "benign_errors": item.benign_errors,
@@ -327,7 +354,7 @@ def _incarnation(
             "engine_init_seconds": progress.engine_init_seconds,
         },
         "startup": _comparison(comparison),
-        "modes": modes_to_json(item),  # modes_report (vllm2026)
+        "modes": modes_to_json(item, local),  # modes_report (vllm2026)
     }
 
 
@@ -343,9 +370,11 @@ def unit_to_json(
     """
     if context is None:
         context = hint_context(unit)  # the hints' journalctl commands name the unit
+    local = unit.log_times_local
     document = {
         "unit": unit.unit,
         "host": unit.host,
+        "log_times_local": local,
         "incarnations": [
             _incarnation(unit, item, context, comparison)
             for item, comparison in zip(
@@ -359,7 +388,7 @@ def unit_to_json(
         "benign_errors_total": unit.benign_errors_total,
         "crashes_settling": _settling(unit),
         "stalled": unit.stalled,
-        "last_progress_at": iso_utc(unit.last_progress_at),
+        "last_progress_at": iso_time(unit.last_progress_at, local),
         "phase_durations_seconds": {
             phase.value: seconds for phase, seconds in unit.phase_durations.items()
         },
@@ -368,11 +397,12 @@ def unit_to_json(
             unit.last_crash,
             context,
             settled=unit.last_crash is None or is_settled(unit, unit.last_crash),
+            local_times=local,
         ),
         "slow": unit.slow,
         "usual_phase_seconds": unit.usual_phase_seconds,
         "eta_seconds": unit.eta_seconds,
-        "expected_ready_at": iso_utc(unit.expected_ready_at),
+        "expected_ready_at": iso_time(unit.expected_ready_at, local),
         "eta_basis": unit.eta_basis.value if unit.eta_basis is not None else None,
         "eta_overdue_seconds": unit.eta_overdue_seconds,
         **unit_modes_to_json(unit),  # modes_report (vllm2026)
@@ -382,8 +412,8 @@ def unit_to_json(
         document["earlier_incarnations"] = {
             "count": earlier.count,
             "by_outcome": dict(earlier.by_outcome),
-            "first_started_at": iso_utc(earlier.first_started_at),
-            "last_ended_at": iso_utc(earlier.last_ended_at),
+            "first_started_at": iso_time(earlier.first_started_at, local),
+            "last_ended_at": iso_time(earlier.last_ended_at, local),
         }
     if now is not None:
         since = now - _DAY
@@ -416,7 +446,16 @@ def format_duration(seconds: float | None) -> str:
 
 
 def _clock(value: datetime | None) -> str:
+    """A time as the timeline prints it: to the second, the fraction cut (as journalctl and
+    vLLM's header print times)."""
     return value.strftime("%Y-%m-%d %H:%M:%S") if value is not None else "?"
+
+
+def _shown_seconds(start: datetime, end: datetime) -> float:
+    """The seconds between two times as ``_clock`` prints them (each cut to its second): the
+    duration beside printed times is their difference, so that entering at 10:00:00.9 and
+    leaving at 10:00:02.1 reads 2s, not the 1s that 1.2 s rounds to."""
+    return (end.replace(microsecond=0) - start.replace(microsecond=0)).total_seconds()
 
 
 _AT_THE_END = frozenset({Phase.READY, Phase.STOPPING})
@@ -581,6 +620,11 @@ def render_text(
 ) -> str:
     """The human timeline: per unit, each incarnation's phases, durations and verdict.
 
+    Each phase's row has the time it was entered, to the second (the fraction cut, as
+    journalctl prints it), and how long it lasted: the difference of its printed time and the
+    next row's, so the printed times and durations always agree. The startup line and the
+    usual durations are measured to the microsecond, then rounded to the second.
+
     An incarnation that reached ready shows each phase's usual duration (the median of the
     earlier ready ones in the input) and its startup against the usual; the current one, when
     still starting, its ETA if there is a basis.
@@ -635,7 +679,7 @@ def render_text(
                 )
                 took = ""
                 if entry.entered_at is not None and following is not None:
-                    took = format_duration((following - entry.entered_at).total_seconds())
+                    took = format_duration(_shown_seconds(entry.entered_at, following))
                 typical = usual.get(entry.phase)
                 if typical is not None and took:
                     took = f"{took:<9} usual {format_duration(typical)}"
@@ -650,7 +694,7 @@ def render_text(
             if item.benign_errors:
                 out.append(f"    benign errors: {item.benign_errors} (discounted, not a cause)")
                 for line in item.benign_lines:
-                    out.append(f"      {_shorten(line, 160)}")
+                    out.append(f"      {shortened(line, 160)}")
                     out.append(f"        why: {explain_benign(line)}")
                 if item.benign_errors > len(item.benign_lines):
                     out.append(f"      … and {item.benign_errors - len(item.benign_lines)} more")
@@ -725,10 +769,6 @@ def status_document(snapshot: Snapshot) -> dict[str, Any]:
     }
 
 
-def _shorten(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 1].rstrip() + "…"
-
-
 def _eta_cell(unit: Mapping[str, Any]) -> str:
     seconds = unit.get("eta_seconds")
     overdue = unit.get("eta_overdue_seconds")
@@ -801,7 +841,7 @@ def render_status(document: Mapping[str, Any], *, runbook: str | None = None) ->
         )
         crash = "-"
         if last:
-            detail = last["exception"] or _shorten(last["message"], 40)
+            detail = last["exception"] or shortened(last["message"], 40)
             crash = f"{last['cause']}: {detail}" if detail else last["cause"]
             if last.get("settled") is False:
                 crash += " (not counted yet)"

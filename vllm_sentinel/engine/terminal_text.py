@@ -8,7 +8,8 @@ so everything they print goes through ``printable``: escape sequences are remove
 every other C0/C1 control but tab and newline is dropped. A JSON document they print goes
 through ``printable_values`` first (``jq -r`` writes a value as it is), then
 ``json_for_terminal``, which writes any C1 control and DEL left as ``\\u`` escapes (orjson
-already escapes C0).
+already escapes C0). Log text kept or shown to a length is cut by ``shortened``, which always
+ends a cut with ``…``: a message that stops mid-word must not read as whole.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
-__all__ = ["json_for_terminal", "printable", "printable_values"]
+__all__ = ["ELLIPSIS", "json_for_terminal", "printable", "printable_values", "shortened"]
 
 _SEQUENCE: Final = re.compile(
     r"(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]?"  # CSI … final byte
@@ -26,6 +27,21 @@ _SEQUENCE: Final = re.compile(
 )
 _CONTROL: Final = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 _JSON_C1: Final = re.compile("[\x7f-\x9f]")
+
+ELLIPSIS: Final = "…"
+"""What ends a text that was cut: one character, so a cut text keeps its limit."""
+
+
+def shortened(text: str, limit: int) -> str:
+    """``text`` as it is when it has at most ``limit`` characters; else its first
+    ``limit - 1`` (blanks at the cut dropped) and ``ELLIPSIS``, at most ``limit`` in all.
+
+    Every cut of log text the engine keeps (an exception's message, a failure line) or a
+    renderer shows (a table cell) goes through here, so that no cut is silent.
+    """
+    if len(text) <= limit:
+        return text
+    return text[: max(limit - 1, 0)].rstrip() + ELLIPSIS
 
 
 def printable(text: str) -> str:

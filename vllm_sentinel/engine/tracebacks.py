@@ -29,6 +29,7 @@ from typing import Final, NamedTuple
 from vllm_sentinel.engine.catalog.announcements import is_announcement
 from vllm_sentinel.engine.catalog.frames import frame_phase
 from vllm_sentinel.engine.catalog.phases import Phase
+from vllm_sentinel.engine.terminal_text import shortened
 
 __all__ = ["CutTraceback", "ExceptionEvent", "TracebackAssembler"]
 
@@ -69,7 +70,8 @@ class ExceptionEvent(NamedTuple):
 
     Attributes:
         exception: the class as printed (``RuntimeError``, ``torch.OutOfMemoryError``).
-        message: the first line of the message, cut to ``max_message`` characters.
+        message: the first line of the message, cut to ``max_message`` characters (a cut ends
+            with ``…``).
         context: the last non-traceback line the same stream printed before the traceback
             (``EngineCore failed to start.``, ``Process EngineCore_DP0:``), or ``None``.
         logged: True when printed through vLLM's logger (the process handled it and logged
@@ -157,7 +159,7 @@ class TracebackAssembler:
 
     Args:
         max_streams: processes tracked at once; the oldest is forgotten beyond it.
-        max_message: exception messages are cut to this many characters.
+        max_message: exception messages are cut to this many characters (``…`` ends a cut).
     """
 
     def __init__(self, max_streams: int = 256, max_message: int = 1000) -> None:
@@ -301,7 +303,7 @@ class TracebackAssembler:
             stream.state = _State.AFTER_EXCEPTION
             event = ExceptionEvent(
                 exception[:_MAX_CLASS],
-                message[: self._max_message],
+                shortened(message, self._max_message),
                 stream.context,
                 stream.logged,
                 stream.chained,
@@ -367,7 +369,7 @@ class TracebackAssembler:
                 stream.state = _State.AFTER_EXCEPTION
                 event = ExceptionEvent(
                     found.group("cls")[:_MAX_CLASS],
-                    (found.group("msg") or "")[: self._max_message],
+                    shortened(found.group("msg") or "", self._max_message),
                     stream.context,
                     has_header,
                     False,

@@ -161,6 +161,7 @@ class UnitTracker:
             counts stay in the counters).
         reference_year: year for timestamps that have none (vLLM's header) until a record
             with a full time is seen.
+        not_after: no such timestamp is put after this time (``LineClock``); ``None``: no bound.
         settle_seconds: log-time delay before a crash is counted with its cause.
         traceback_hold_seconds: how long (after its end) a crash may wait for the rest of a
             traceback its process is still printing.
@@ -187,6 +188,7 @@ class UnitTracker:
         benign: BenignMatcher | None = None,
         max_incarnations: int = 8,
         reference_year: int = 1970,
+        not_after: datetime | None = None,
         settle_seconds: float = 30.0,
         traceback_hold_seconds: float = 300.0,
         settle_while_feeding: bool = True,
@@ -220,7 +222,7 @@ class UnitTracker:
         self._frame_causes: dict[tuple[str, ...], tuple[CrashCause, str, str]] = {}
         self._incs = Incarnations(self._crashes, max_incarnations)
         self._tracebacks = TracebackAssembler()
-        self._clock = LineClock(reference_year)
+        self._clock = LineClock(reference_year, not_after=not_after)
         self._seen = SeenCursors()
         self._latest_time: datetime | None = None  # log time that settles crashes (feed_many)
         self._previous_time: datetime | None = None

@@ -180,8 +180,11 @@ def _parse_time(value: object) -> datetime | None:
 
 
 def _ago(at: datetime | None, moment: object) -> str:
+    """How long before ``at`` the document's time ``moment`` was; ``""`` when either is
+    unknown, or when one has a zone and the other none (a replayed text's local time, whose
+    offset is unknown: no difference to speak of)."""
     then = _parse_time(moment)
-    if at is None or then is None:
+    if at is None or then is None or (at.tzinfo is None) != (then.tzinfo is None):
         return ""
     return format_duration(max(0.0, (at - then).total_seconds()))
 

@@ -28,7 +28,7 @@ from vllm_sentinel.engine.decode.paste import PasteReader, PasteTraits
 from vllm_sentinel.engine.decode.record import Record
 from vllm_sentinel.engine.decode.vllm_line import strip_ansi
 
-__all__ = ["WRAPPERS", "TextLogDecoder", "Wrapper"]
+__all__ = ["WRAPPERS", "TextLogDecoder", "Wrapper", "latest_year_not_after"]
 
 _MONTH_NAMES: Final = (
     "jan janv jän ene gen янв",
@@ -170,6 +170,26 @@ def _parse_iso(text: str) -> datetime | None:
         return None
 
 
+_LEAP_CYCLE: Final = 8  # years back that always hold a 29 February (1900 and 2100 are common)
+
+
+def latest_year_not_after(time: datetime, bound: datetime | None) -> datetime | None:
+    """``time`` (a stamp given an assumed year) moved to the latest year that keeps it at or
+    before ``bound``; as it is when it already is, or without a bound. ``None`` when no year
+    within a leap cycle fits (29 February near year 1).
+    """
+    if bound is None or time <= bound:
+        return time
+    for year in range(bound.year, bound.year - _LEAP_CYCLE, -1):
+        try:
+            moved = time.replace(year=year)
+        except ValueError:  # 29 February in a common year, or before year 1
+            continue
+        if moved <= bound:
+            return moved
+    return None
+
+
 _ZONED = re.compile(r"(?:[Zz]|[+-]\d\d:?\d\d)$")
 """The end of an ISO 8601 stamp that names its zone."""
 
@@ -182,6 +202,8 @@ class TextLogDecoder:
         host: the host the text came from, if known.
         reference_year: year for timestamps without one (journald short), until corrected
             by a month rollover.
+        not_after: no stamp without a year is put after this time (a wall time, as the
+            stamps are read: ``latest_year_not_after``); ``None``: no bound.
         max_line_bytes: lines are cut to this length.
     """
 
@@ -191,11 +213,13 @@ class TextLogDecoder:
         host: str | None = None,
         *,
         reference_year: int = 1970,
+        not_after: datetime | None = None,
         max_line_bytes: int = 1 << 20,
     ) -> None:
         self.unit = unit
         self.host = host
         self._year = reference_year
+        self._not_after = not_after
         self._last_month = 0
         self._short_seen = False  # a journald short stamp: local time, no year
         self._zoned_seen = False  # an ISO stamp with its zone: a real time
@@ -482,7 +506,7 @@ class TextLogDecoder:
             self._year += 1
         self._last_month = month
         try:
-            return datetime(
+            value = datetime(
                 self._year,
                 month,
                 int(day),
@@ -493,3 +517,4 @@ class TextLogDecoder:
             )
         except ValueError:
             return None
+        return latest_year_not_after(value, self._not_after)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -72,6 +73,26 @@ class TestHeader:
             "Application startup complete.",
         )
 
+
+    @pytest.mark.parametrize(
+        "tail",
+        ["     GET /health", "\tx", "\u00a0\u2003x", " ", "x", ":x", "", "\x0bx", "  \x1c x"],
+    )
+    @pytest.mark.parametrize("level", ["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"])
+    def test_uvicorn_head_is_level_colon_and_whitespace(self, level: str, tail: str) -> None:
+        """A uvicorn line is ``LEVEL:`` then one or more of what regex ``\\s`` matches (read
+        without a regex: the same result as ``LEVEL:\\s+`` for every kind of blank)."""
+        line = f"{level}:{tail}"
+        expected = re.match(r"(DEBUG|INFO|WARNING|ERROR|CRITICAL):\s+", line)
+        anatomy = parse_line(line)
+        if expected is None:
+            assert anatomy.kind is LineKind.RAW and anatomy.body == line
+        else:
+            assert (anatomy.kind, anatomy.level, anatomy.body) == (
+                LineKind.UVICORN,
+                level,
+                line[expected.end() :],
+            )
     def test_json_formatter(self) -> None:
         """vLLM 0.32+ JSON logging, with exc_info appended to the body."""
         anatomy = parse_line(

@@ -1256,13 +1256,18 @@ class TrackerSet:
         run: list[Record] = []
         run_key: tuple[str | None, str] | None = None
         run_tracker: UnitTracker | None = None
+        run_of: tuple[str | None, str | None, str] | None = None  # host, machine, unit
         for record in records:
             unit = record.unit or self._default_unit
+            if run_of is not None and (record.host, record.machine, unit) == run_of:
+                run.append(record)  # the run's unit, host and machine again (hot path)
+                continue
             if self._patterns and not self.wants(unit):
                 self.unrouted_total += 1
                 continue
             key = (record.host, unit)
             machine = record.machine
+            run_of = (record.host, machine, unit)
             if machine is not None:
                 owner = self._owners.setdefault(key, machine)
                 if owner != machine:

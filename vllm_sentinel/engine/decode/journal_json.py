@@ -247,7 +247,11 @@ class JournalJsonDecoder:
         # that would let it invent units, their series and their crashes.
         raw = get("UNIT")
         system_unit = raw if raw is None or isinstance(raw, str) else self._text(raw)
-        manager_unit = system_unit or self._str(get("USER_UNIT"))
+        if system_unit is None:
+            raw = get("USER_UNIT")
+            manager_unit = raw if raw is None or isinstance(raw, str) else self._text(raw)
+        else:
+            manager_unit = system_unit
         from_manager = manager_unit is not None and (
             pid == 1 if system_unit is not None else self._is_user_manager(get)
         )

@@ -108,7 +108,6 @@ _HEADER: Final = re.compile(
     r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) (?P<stamp>\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d+)?"
     r" \[?(?P<source>[\w./-]{1,200}?:\d{1,7})\] ?"
 )
-_UVICORN: Final = re.compile(r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL):\s+")
 _RANK: Final = re.compile(r"(?:rank=|TP)(\d{1,4})")
 TORCH_RANK_PREFIX: Final = re.compile(r"\[rank\d{1,6}\]: ?")
 """torch.distributed's rank prefix (vLLM 0.5 → current logs); examples:
@@ -231,7 +230,6 @@ def _asctime(data: dict[str, object]) -> str | None:
 # regex tried instead of two, none for a line that cannot be either).
 _LEVEL_BY_FIRST: Final = MappingProxyType({level[0]: level for level in LEVELS})
 _HEADER_MATCH: Final = _HEADER.match  # bound once: no method lookup per line (hot path)
-_UVICORN_MATCH: Final = _UVICORN.match
 _VLLM: Final = LineKind.VLLM
 _UVICORN_KIND: Final = LineKind.UVICORN
 _RAW: Final = LineKind.RAW
@@ -309,22 +307,16 @@ def parse_line(line: str) -> LineAnatomy:
                 LineAnatomy,
                 (line[header.end() :], _VLLM, level, stamp, source, role, rank, pid, name),
             )
-        uvicorn = _UVICORN_MATCH(line, position) if separator == ":" else None
-        if uvicorn is not None:
-            return _new_anatomy(
-                LineAnatomy,
-                (
-                    line[uvicorn.end() :],
-                    _UVICORN_KIND,
-                    uvicorn.group(1),
-                    None,
-                    None,
-                    role,
-                    rank,
-                    pid,
-                    name,
-                ),
-            )
+        if separator == ":":
+            # uvicorn's default format, ``LEVEL:`` then blanks (regex ``LEVEL:\s+``): str.lstrip
+            # strips what ``\s`` matches (``str.isspace``), without a regex call per line
+            rest = line[after + 1 :]
+            body = rest.lstrip()
+            if len(body) < len(rest):
+                return _new_anatomy(
+                    LineAnatomy,
+                    (body, _UVICORN_KIND, level_word, None, None, role, rank, pid, name),
+                )
     elif first == "{" and line.startswith('{"', position):
         parsed = _parse_json(line[position:])
         if parsed is not None:

@@ -73,7 +73,6 @@ class TestHeader:
             "Application startup complete.",
         )
 
-
     @pytest.mark.parametrize(
         "tail",
         ["     GET /health", "\tx", "\u00a0\u2003x", " ", "x", ":x", "", "\x0bx", "  \x1c x"],
@@ -93,6 +92,7 @@ class TestHeader:
                 level,
                 line[expected.end() :],
             )
+
     def test_json_formatter(self) -> None:
         """vLLM 0.32+ JSON logging, with exc_info appended to the body."""
         anatomy = parse_line(
